@@ -1,0 +1,1 @@
+"""HTTP front door: job API and OpenAI-compatible routes. Never touches a model."""

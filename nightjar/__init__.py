@@ -1,0 +1,1 @@
+"""The nightjar command line."""

@@ -1,0 +1,1 @@
+"""Consumes telemetry, runs a policy, publishes versioned decisions."""

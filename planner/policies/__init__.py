@@ -1,0 +1,1 @@
+"""Named decision policies behind one small interface."""

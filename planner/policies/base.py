@@ -1,0 +1,50 @@
+"""The policy interface: observe telemetry, decide.
+
+A policy is a small object with named parameters. The planner service feeds it every
+telemetry message (feedback arrives delayed: a step's result reaches the policy after the
+decision that caused it was published), asks it for a decision on a timer, and persists its
+learned state in Redis so a restarted planner carries on where it stopped.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from shared.schemas import Telemetry
+
+
+@dataclass
+class Choice:
+    """What a policy wants the workers to do; the planner wraps it in a versioned Decision."""
+
+    gamma_table: list[tuple[int, int]]  # (largest batch size of the bucket, γ), ascending
+    drafter: str | None = None
+    offload: bool = False
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Policy(ABC):
+    """Base of every policy. Subclasses set ``name`` and accept their parameters as keywords."""
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, **params: Any) -> None:
+        self.params = params
+
+    @abstractmethod
+    def observe(self, t: Telemetry) -> None:
+        """Take one telemetry message (a step, or an idle heartbeat) into account."""
+
+    @abstractmethod
+    def decide(self, now: float) -> Choice:
+        """The decision to publish now."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Learned state, msgpack-serialisable (persisted across planner restarts)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""

@@ -1,0 +1,1 @@
+"""What the gateway, worker and planner share: messages, codec, key names, connections."""

@@ -1,0 +1,240 @@
+"""Typed messages that cross a service boundary.
+
+Every message is a pydantic model with a class-level ``kind`` tag; ``shared.codec`` turns
+them into msgpack bytes (with a schema version) and back. Services never exchange dicts.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+FinishReason = Literal["stop", "length", "cancelled", "error"]
+
+
+class Message(BaseModel):
+    """Base of every wire message; ``kind`` names the type in the codec envelope."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: ClassVar[str] = ""
+
+
+# --------------------------------------------------------------------------- jobs
+
+
+class SamplingParams(BaseModel):
+    """How to pick tokens. temperature == 0 means greedy."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_tokens: int = Field(default=64, ge=1, le=32768)
+    temperature: float = Field(default=0.0, ge=0.0, le=10.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int = Field(default=0, ge=0)  # 0 = no top-k filter
+    seed: int | None = Field(default=None, ge=0, lt=2**63)
+    stop: list[str] = Field(default_factory=list, max_length=16)
+    ignore_eos: bool = False
+
+    @field_validator("stop")
+    @classmethod
+    def _no_empty_stop(cls, v: list[str]) -> list[str]:
+        if any(s == "" for s in v):
+            raise ValueError("stop sequences must be non-empty strings")
+        return v
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class JobRequest(Message):
+    """A generation job, as the gateway enqueues it on the job stream."""
+
+    kind: ClassVar[str] = "job"
+
+    job_id: str = Field(min_length=1, max_length=128)
+    prompt: str | None = None
+    prompt_token_ids: list[int] | None = None
+    messages: list[ChatMessage] | None = None  # chat: the worker applies the model's template
+    params: SamplingParams = Field(default_factory=SamplingParams)
+    priority: int = 0  # lower runs first; FCFS within a priority
+    created_at: float = Field(default_factory=time.time)
+
+    @model_validator(mode="after")
+    def _exactly_one_input(self) -> JobRequest:
+        given = [x is not None for x in (self.prompt, self.prompt_token_ids, self.messages)]
+        if sum(given) != 1:
+            raise ValueError("give exactly one of prompt, prompt_token_ids, messages")
+        if self.prompt_token_ids is not None and not self.prompt_token_ids:
+            raise ValueError("prompt_token_ids must not be empty")
+        if self.messages is not None and not self.messages:
+            raise ValueError("messages must not be empty")
+        return self
+
+
+# ------------------------------------------------------------------ job events
+
+
+class JobEvent(Message):
+    """Base of the events written to a job's own event stream."""
+
+    job_id: str
+
+
+class StartEvent(JobEvent):
+    """A worker took the job (attempt counts deliveries, from 1)."""
+
+    kind: ClassVar[str] = "start"
+    worker_id: str
+    attempt: int = 1
+    prompt_tokens: int = 0
+
+
+class TokenEvent(JobEvent):
+    """New output tokens; ``index`` is the position of the first one in the output."""
+
+    kind: ClassVar[str] = "token"
+    index: int
+    token_ids: list[int]
+    text: str
+
+
+class FinishEvent(JobEvent):
+    """The job ended normally (or was cancelled); carries the whole result."""
+
+    kind: ClassVar[str] = "finish"
+    finish_reason: FinishReason
+    text: str
+    token_ids: list[int]
+    prompt_tokens: int
+    completion_tokens: int
+    worker_id: str = ""
+    ttft_s: float | None = None
+    latency_s: float | None = None
+
+
+class ErrorEvent(JobEvent):
+    """The job failed; the client always hears about it."""
+
+    kind: ClassVar[str] = "error"
+    code: str  # e.g. "bad_request", "dead_letter", "internal"
+    message: str
+
+
+class CancelRequest(Message):
+    """Broadcast on the cancel stream so whichever worker runs the job stops it."""
+
+    kind: ClassVar[str] = "cancel"
+    job_id: str
+
+
+# ------------------------------------------------------------ telemetry / planner
+
+
+class SwitchCostEvent(BaseModel):
+    """A drafter caught up on tokens it missed while speculation was off."""
+
+    model_config = ConfigDict(extra="forbid")
+    drafter: str
+    batch_size: int
+    tokens: int  # largest number of tokens one sequence had to catch up
+    seconds: float
+
+
+class Telemetry(Message):
+    """One engine step (or an idle heartbeat, batch_size == 0) from one worker."""
+
+    kind: ClassVar[str] = "telemetry"
+
+    worker_id: str
+    ts: float = Field(default_factory=time.time)
+    step: int = 0
+    batch_size: int = 0  # sequences decoding this step
+    prefill_tokens: int = 0
+    num_tokens: int = 0  # tokens emitted this step, all sequences
+    gamma: int = 0
+    drafter: str | None = None
+    step_time: float = 0.0
+    draft_time: float = 0.0
+    verify_time: float = 0.0
+    other_time: float = 0.0
+    proposed: int = 0  # draft tokens proposed this step
+    accepted: int = 0  # draft tokens accepted this step
+    counterfactual: dict[str, float] = Field(default_factory=dict)  # drafter -> acceptance rate
+    mean_context: float = 0.0  # mean tokens per running sequence
+    running: int = 0
+    waiting: int = 0  # queued in the engine
+    queue_depth: int = 0  # waiting in the engine + pending on the job stream
+    free_blocks: int = 0
+    total_blocks: int = 0
+    draft_resident: bool = True
+    switch_costs: list[SwitchCostEvent] = Field(default_factory=list)
+    prefix_queries: int = 0
+    prefix_hits: int = 0
+    decision_version: int = 0
+    fallback: bool = False  # the planner's decision was stale; a built-in rule was used
+    memory_events: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class Decision(Message):
+    """A versioned planner decision that every worker applies at each step."""
+
+    kind: ClassVar[str] = "decision"
+
+    version: int
+    policy: str
+    # (largest batch size of the bucket, γ); the last bucket covers every larger batch.
+    gamma_table: list[tuple[int, int]] = Field(default_factory=lambda: [(1 << 30, 0)])
+    drafter: str | None = None
+    offload: bool = False
+    created_at: float = Field(default_factory=time.time)
+    valid_for_s: float = 30.0
+    note: str = ""
+
+    def gamma_for(self, batch_size: int) -> int:
+        for upper, gamma in self.gamma_table:
+            if batch_size <= upper:
+                return gamma
+        return self.gamma_table[-1][1] if self.gamma_table else 0
+
+    def is_stale(self, now: float | None = None) -> bool:
+        return (now if now is not None else time.time()) > self.created_at + self.valid_for_s
+
+
+class DecisionAck(Message):
+    kind: ClassVar[str] = "decision_ack"
+    worker_id: str
+    version: int
+    ts: float = Field(default_factory=time.time)
+
+
+class PolicyCommand(Message):
+    """Swap the planner's running policy (from the CLI or the gateway's admin route)."""
+
+    kind: ClassVar[str] = "policy_command"
+    policy: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    requested_by: str = "cli"
+    ts: float = Field(default_factory=time.time)
+
+
+ALL_MESSAGES: tuple[type[Message], ...] = (
+    JobRequest,
+    StartEvent,
+    TokenEvent,
+    FinishEvent,
+    ErrorEvent,
+    CancelRequest,
+    Telemetry,
+    Decision,
+    DecisionAck,
+    PolicyCommand,
+)

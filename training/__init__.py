@@ -1,0 +1,1 @@
+"""Trains the bundled demo models (tokenizer, target, drafters)."""

@@ -1,0 +1,1 @@
+"""One worker per accelerator: pulls jobs, runs the engine, streams tokens back."""
