@@ -1,0 +1,1 @@
+"""Speculative decoding: drafters propose, the target verifies, exactly."""
