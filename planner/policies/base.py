@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from planner.policies.params import Param
 from shared.schemas import Telemetry
 
 
@@ -30,6 +31,8 @@ class Policy(ABC):
     """Base of every policy. Subclasses set ``name`` and accept their parameters as keywords."""
 
     name: ClassVar[str] = ""
+    # Declared parameters (default, doc, parser); the registry validates against these.
+    PARAMS: ClassVar[dict[str, Param]] = {}
 
     def __init__(self, **params: Any) -> None:
         self.params = params
@@ -46,5 +49,5 @@ class Policy(ABC):
         """Learned state, msgpack-serialisable (persisted across planner restarts)."""
         return {}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027 - optional hook, stateless default
         """Restore what ``state_dict`` returned."""

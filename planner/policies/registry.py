@@ -1,0 +1,72 @@
+"""Policies by name: create one from (possibly string-typed) parameters, list, describe.
+
+The planner service builds its running policy with ``create(name, **params)`` when it starts
+and whenever a PolicyCommand asks for a swap; a bad name or parameter raises PolicyError
+(a ValueError) whose message is fit to show the operator as is.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from planner.policies.base import Policy
+
+# name -> "module:Class"; imported lazily so a broken optional policy cannot take down the rest.
+_POLICIES: dict[str, str] = {
+    "static": "planner.policies.static:StaticPolicy",
+}
+
+
+class PolicyError(ValueError):
+    """Unknown policy name, unknown parameter, or a parameter value that does not parse."""
+
+
+def names() -> list[str]:
+    """Every registered policy name, sorted."""
+    return sorted(_POLICIES)
+
+
+def policy_class(name: str) -> type[Policy]:
+    if name not in _POLICIES:
+        raise PolicyError(f"unknown policy {name!r}; known policies: {', '.join(names())}")
+    module, cls_name = _POLICIES[name].split(":")
+    cls: type[Policy] = getattr(importlib.import_module(module), cls_name)
+    return cls
+
+
+def resolve_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Defaults overlaid with ``params``, each parsed; raises PolicyError on any problem."""
+    spec = policy_class(name).PARAMS
+    unknown = sorted(set(params) - set(spec))
+    if unknown:
+        known = ", ".join(sorted(spec)) or "(none)"
+        raise PolicyError(f"policy {name!r} has no parameter(s) {', '.join(unknown)}; it takes: {known}")
+    out: dict[str, Any] = {k: p.default for k, p in spec.items()}
+    for key, value in params.items():
+        try:
+            out[key] = spec[key].parse(value)
+        except ValueError as e:
+            raise PolicyError(f"policy {name!r}, parameter {key!r}: {e}") from None
+    return out
+
+
+def create(name: str, **params: Any) -> Policy:
+    """A new policy ``name`` with ``params`` (unknown names/params or bad values: PolicyError)."""
+    cls = policy_class(name)
+    resolved = resolve_params(name, params)
+    try:
+        return cls(**resolved)
+    except ValueError as e:  # cross-parameter checks done by the policy itself
+        raise PolicyError(f"policy {name!r}: {e}") from None
+
+
+def describe(name: str) -> dict[str, Any]:
+    """{"name", "doc", "params": {param: {"default", "doc", "type"}}} for one policy."""
+    cls = policy_class(name)
+    doc = (cls.__doc__ or "").strip().split("\n\n")[0]
+    return {
+        "name": name,
+        "doc": " ".join(doc.split()),
+        "params": {k: p.describe() for k, p in cls.PARAMS.items()},
+    }
