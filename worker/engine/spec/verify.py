@@ -13,7 +13,9 @@ from __future__ import annotations
 import torch
 
 
-def verify_greedy(target_logits: torch.Tensor, draft: torch.Tensor, num_draft: torch.Tensor) -> list[list[int]]:
+def verify_greedy(
+    target_logits: torch.Tensor, draft: torch.Tensor, num_draft: torch.Tensor
+) -> list[list[int]]:
     """Batched greedy verification.
 
     target_logits: [B, K+1, V] target scores at the K draft positions and the one after.

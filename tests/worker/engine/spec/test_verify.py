@@ -35,7 +35,9 @@ def test_greedy_acceptance_fraction() -> None:
     assert greedy_acceptance([], []) == 0.0
 
 
-def _sample_sequences(p: torch.Tensor, q: torch.Tensor, gamma: int, n_out: int, trials: int) -> list[tuple[int, ...]]:
+def _sample_sequences(
+    p: torch.Tensor, q: torch.Tensor, gamma: int, n_out: int, trials: int
+) -> list[tuple[int, ...]]:
     """Generate ``n_out`` tokens per trial by repeated draft-then-verify rounds, where the
     target's and draft's distributions depend only on the output position."""
     gen = torch.Generator().manual_seed(1234)
