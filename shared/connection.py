@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
+
+if TYPE_CHECKING:
+    import fakeredis
 
 DEFAULT_URL = "memory://"
 ENV_VAR = "NIGHTJAR_REDIS_URL"
 
-_fake_server = None
+_fake_server: fakeredis.FakeServer | None = None
 _fake_lock = threading.Lock()
 
 
@@ -23,7 +27,7 @@ def default_url() -> str:
     return os.environ.get(ENV_VAR, DEFAULT_URL)
 
 
-def fake_server() -> object:
+def fake_server() -> fakeredis.FakeServer:
     """The process-wide FakeServer that every ``memory://`` client shares."""
     global _fake_server
     with _fake_lock:
