@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 
-def write_kv(
+def write_kv_torch(
     k_cache: torch.Tensor,  # [NB, BS, KVH, D]
     v_cache: torch.Tensor,  # [NB, BS, KVH, D]
     k: torch.Tensor,  # [T, KVH, D]
@@ -26,6 +26,22 @@ def write_kv(
     kvh, d = k_cache.shape[-2:]
     k_cache.view(-1, kvh, d).index_copy_(0, slots, k.to(k_cache.dtype))
     v_cache.view(-1, kvh, d).index_copy_(0, slots, v.to(v_cache.dtype))
+
+
+def write_kv(
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    slots: torch.Tensor,
+) -> None:
+    if k_cache.is_cuda:
+        from kernels import triton_kv
+
+        if triton_kv.AVAILABLE:
+            triton_kv.write_kv(k_cache, v_cache, k, v, slots)
+            return
+    write_kv_torch(k_cache, v_cache, k, v, slots)
 
 
 def slot_index(block_tables: torch.Tensor, block_size: int, max_len: int) -> torch.Tensor:
