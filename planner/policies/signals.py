@@ -1,0 +1,75 @@
+"""What the policies read off one Telemetry message, and a restorable random source.
+
+Latency per generated token is measured per sequence: a step of ``step_time`` seconds that
+emits ``num_tokens`` tokens over ``batch_size`` sequences costs each sequence
+``step_time · batch_size / num_tokens`` seconds per token. That is the inter-token latency
+a user sees, and it has the same unit as a one-off stall C_switch spread over γ tokens, so
+Nightjar's loss ℓ + C_switch/γ adds like with like.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shared.schemas import Telemetry
+
+
+def is_step(t: Telemetry) -> bool:
+    """A decoding step with something to learn from (heartbeats have batch_size 0)."""
+    return t.batch_size > 0 and t.num_tokens > 0 and t.step_time > 0.0
+
+
+def switch_seconds(t: Telemetry) -> float:
+    """Time the step spent on draft catch-up (charged separately as C_switch, not to ℓ)."""
+    return sum(e.seconds for e in t.switch_costs)
+
+
+def latency_per_token(t: Telemetry) -> float:
+    """Seconds per generated token per sequence, catch-up excluded."""
+    busy = max(t.step_time - switch_seconds(t), 1e-9)
+    return busy * t.batch_size / t.num_tokens
+
+
+def goodput(t: Telemetry) -> float:
+    """Tokens per second of the whole step (catch-up included: it is what the step delivered)."""
+    return t.num_tokens / t.step_time
+
+
+def acceptance(t: Telemetry) -> float | None:
+    """Accepted / proposed draft tokens of the step, None when nothing was proposed."""
+    return t.accepted / t.proposed if t.proposed > 0 else None
+
+
+class Draws:
+    """Uniform draws from (seed, counter): the whole random state is two integers.
+
+    A numpy Generator's state holds 128-bit integers that msgpack cannot carry; deriving
+    each draw from (seed, n) lets a restored policy make exactly the draws it would have made.
+    """
+
+    def __init__(self, seed: int, count: int = 0) -> None:
+        self.seed = seed
+        self.count = count
+
+    def uniform(self) -> float:
+        value = float(np.random.default_rng((self.seed, self.count)).random())
+        self.count += 1
+        return value
+
+    def choice(self, weights: list[float]) -> int:
+        """An index drawn with probability proportional to ``weights``."""
+        total = sum(weights)
+        u = self.uniform() * total
+        acc = 0.0
+        for i, w in enumerate(weights):
+            acc += w
+            if u < acc:
+                return i
+        return max(i for i, w in enumerate(weights) if w > 0)
+
+    def state(self) -> list[int]:
+        return [self.seed, self.count]
+
+    @classmethod
+    def from_state(cls, state: list[int]) -> Draws:
+        return cls(int(state[0]), int(state[1]))
