@@ -21,7 +21,15 @@ import triton.language as tl
 
 # Decoration reads TRITON_INTERPRET, so it is read once here too: a launch works on CUDA, or
 # on CPU tensors under the interpreter.
-AVAILABLE: bool = torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1"
+_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+AVAILABLE: bool = torch.cuda.is_available() or _INTERPRET
+
+# The interpreter keeps bfloat16 as raw uint16 and its tl.dot multiplies the bit patterns
+# (triton-lang/triton#11584), so there the products run in fp32 on the same bf16-rounded
+# values; compiled kernels feed the tensor cores in the input dtype.
+_DOT_DTYPE = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
+if _INTERPRET:
+    _DOT_DTYPE[torch.bfloat16] = tl.float32
 
 _LOG2E = 1.0 / math.log(2.0)
 
@@ -41,6 +49,7 @@ def _paged_attention_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
     PRECISION: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
 ):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -58,7 +67,7 @@ def _paged_attention_kernel(
     d_ok = d < head_dim
 
     q_off = b * stride_qb + qi[:, None] * stride_qq + head[:, None] * stride_qh + d[None, :] * stride_qd
-    q = tl.load(q_ptr + q_off, mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    q = tl.load(q_ptr + q_off, mask=row_ok[:, None] & d_ok[None, :], other=0.0).to(DOT_DTYPE)
 
     # Causal: the tile needs keys up to its last valid row's position, and none at all when
     # every row is padding.
@@ -78,7 +87,7 @@ def _paged_attention_kernel(
         in_page = pos % PAGE
         kv_mask = pos_ok[:, None] & d_ok[None, :]
         k_off = blk[:, None] * stride_kb + in_page[:, None] * stride_ks + kvh * stride_kh
-        k = tl.load(k_ptr + k_off + d[None, :] * stride_kd, mask=kv_mask, other=0.0)
+        k = tl.load(k_ptr + k_off + d[None, :] * stride_kd, mask=kv_mask, other=0.0).to(DOT_DTYPE)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
         visible = (pos[None, :] <= q_pos[:, None]) & row_ok[:, None] & pos_ok[None, :]
         s = tl.where(visible, s, float("-inf"))
@@ -88,7 +97,9 @@ def _paged_attention_kernel(
         l_i = l_i * alpha + tl.sum(p, 1)
         v_off = blk[:, None] * stride_vb + in_page[:, None] * stride_vs + kvh * stride_vh
         v = tl.load(v_ptr + v_off + d[None, :] * stride_vd, mask=kv_mask, other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        # p is rounded to the value dtype first, as a tensor-core product would see it.
+        p_in = p.to(v.dtype).to(DOT_DTYPE)
+        acc = acc * alpha[:, None] + tl.dot(p_in, v.to(DOT_DTYPE), input_precision=PRECISION)
         m_i = m_new
 
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
@@ -133,6 +144,7 @@ def paged_attention(
         *q.stride(), *k_cache.stride(), *v_cache.stride(), *block_tables.stride(), *out.stride(),
         GROUP=group, PAGE=page, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=_pow2_at_least(d, 16),
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        DOT_DTYPE=_DOT_DTYPE[q.dtype],
         num_warps=4,
     )
     return out

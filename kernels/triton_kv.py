@@ -45,10 +45,10 @@ def _write_kv_kernel(
     if slot >= 0:
         k = tl.load(k_ptr + t * stride_kt + h * stride_kh + d * stride_kd, mask=ok)
         kc_off = blk * stride_kcb + off * stride_kcs + h * stride_kch + d * stride_kcd
-        tl.store(kc_ptr + kc_off, k.to(kc_ptr.dtype.element_ty), mask=ok)
+        tl.store(kc_ptr + kc_off, k, mask=ok)
         v = tl.load(v_ptr + t * stride_vt + h * stride_vh + d * stride_vd, mask=ok)
         vc_off = blk * stride_vcb + off * stride_vcs + h * stride_vch + d * stride_vcd
-        tl.store(vc_ptr + vc_off, v.to(vc_ptr.dtype.element_ty), mask=ok)
+        tl.store(vc_ptr + vc_off, v, mask=ok)
 
 
 def write_kv(
@@ -62,6 +62,9 @@ def write_kv(
     _, page, kvh, d = k_cache.shape
     if k.shape[0] == 0:
         return
+    # torch casts (a no-op when the model already runs in the cache dtype): its rounding is
+    # the torch path's, where the interpreter's fp32 -> bf16 cast truncates.
+    k, v = k.to(k_cache.dtype), v.to(v_cache.dtype)
     _write_kv_kernel[(k.shape[0],)](
         k, v, k_cache, v_cache, slots.contiguous(), page,
         *k.stride(), *v.stride(), *k_cache.stride(), *v_cache.stride(),
