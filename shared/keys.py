@@ -24,7 +24,9 @@ TELEMETRY_MAXLEN = 20_000
 DECISIONS_STREAM = PREFIX + "decisions"
 DECISION_LATEST = PREFIX + "decision:latest"
 DECISION_ACKS = PREFIX + "decision:acks"  # hash worker_id -> applied version
+DECISION_VERSION = PREFIX + "decision:version"  # INCR counter: the next decision's version
 PLANNER_CONTROL_STREAM = PREFIX + "planner:control"  # policy swaps
+PLANNER_CONTROL_GROUP = "planner"  # a group, so a swap sent while the planner is down still lands
 PLANNER_STATE = PREFIX + "planner:state"  # hash policy name -> msgpack state
 PLANNER_ACTIVE = PREFIX + "planner:active"  # the running policy command (msgpack)
 

@@ -226,6 +226,25 @@ class PolicyCommand(Message):
     ts: float = Field(default_factory=time.time)
 
 
+class WorkerInfo(Message):
+    """A worker's registration in ``keys.WORKERS``, rewritten at every heartbeat."""
+
+    kind: ClassVar[str] = "worker_info"
+    worker_id: str
+    model: str
+    host: str = ""
+    pid: int = 0
+    started_at: float = Field(default_factory=time.time)
+    ts: float = Field(default_factory=time.time)
+    running: int = 0
+    max_jobs: int = 0
+    decision_version: int = 0
+    fallback: bool = False
+
+    def is_alive(self, now: float | None = None, timeout_s: float = 15.0) -> bool:
+        return (now if now is not None else time.time()) - self.ts <= timeout_s
+
+
 ALL_MESSAGES: tuple[type[Message], ...] = (
     JobRequest,
     StartEvent,
@@ -237,4 +256,5 @@ ALL_MESSAGES: tuple[type[Message], ...] = (
     Decision,
     DecisionAck,
     PolicyCommand,
+    WorkerInfo,
 )

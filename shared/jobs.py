@@ -1,0 +1,61 @@
+"""The job record: one hash per job, written by the gateway and the workers.
+
+The gateway creates it (status ``queued``) before it enqueues the job; the worker running
+the job moves it on and stores the final event under ``result``. Event streams and the hash
+expire ``keys.JOB_TTL_S`` after their last write.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import redis.asyncio as aioredis
+
+from shared import codec, keys
+from shared.schemas import ErrorEvent, FinishEvent, JobEvent
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+
+TERMINAL = frozenset({JobStatus.FINISHED, JobStatus.CANCELLED, JobStatus.FAILED})
+
+# Fields of the job hash.
+STATUS = "status"
+CREATED_AT = "created_at"
+WORKER = "worker"
+ATTEMPTS = "attempts"  # how many times a worker started the job (delivery count)
+RESULT = "result"  # the encoded FinishEvent or ErrorEvent that ended the job
+
+
+def status_of(raw: bytes | str | None) -> JobStatus | None:
+    if raw is None:
+        return None
+    return JobStatus(raw.decode() if isinstance(raw, bytes) else raw)
+
+
+def terminal_status(event: FinishEvent | ErrorEvent) -> JobStatus:
+    if isinstance(event, ErrorEvent):
+        return JobStatus.FAILED
+    return JobStatus.CANCELLED if event.finish_reason == "cancelled" else JobStatus.FINISHED
+
+
+def add_events(pipe: aioredis.client.Pipeline, job_id: str, events: list[JobEvent]) -> None:
+    """Queue XADDs of ``events`` on the job's stream (and renew its TTL) in ``pipe``."""
+    stream = keys.job_events(job_id)
+    for ev in events:
+        pipe.xadd(stream, codec.entry(ev))
+    pipe.expire(stream, keys.JOB_TTL_S)
+
+
+def add_result(pipe: aioredis.client.Pipeline, event: FinishEvent | ErrorEvent) -> None:
+    """Queue the final event on the job's stream and in its hash, in ``pipe``."""
+    add_events(pipe, event.job_id, [event])
+    key = keys.job_key(event.job_id)
+    pipe.hset(key, mapping={STATUS: terminal_status(event).value, RESULT: codec.encode(event)})
+    pipe.expire(key, keys.JOB_TTL_S)
