@@ -1,0 +1,84 @@
+"""Tiny random Hugging Face models with a real byte-level BPE tokenizer, built in a test.
+
+Nothing is downloaded: the tokenizer is trained on a few sentences with the ``tokenizers``
+library and the Llama weights are random, so a test model builds and loads in about a second.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+TEXT = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Once upon a time there was a little robot who liked to count stars.",
+    "Redis streams carry jobs from the gateway to the workers and back.",
+    "Speculative decoding drafts tokens cheaply and verifies them in one pass.",
+    "Héllo wörld — naïve café, 東京 and emoji 🙂 test the byte-level tokenizer.",
+]
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def build_tokenizer(vocab_size: int = 384) -> PreTrainedTokenizerFast:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<s>", "</s>", "<unk>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(TEXT * 4, trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def build_llama(
+    path: Path, *, layers: int = 2, hidden: int = 64, seed: int = 0, max_positions: int = 4096
+) -> Path:
+    """Save a random Llama and its tokenizer under ``path``; return ``path``."""
+    tokenizer = build_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        initializer_range=0.3,  # large weights give varied outputs instead of one repeated token
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).eval()
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def reference_greedy(model_dir: Path, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+    """transformers' own greedy ``generate`` on the saved model: the exactness oracle."""
+    model = LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    with torch.inference_mode():
+        out = model.generate(
+            torch.tensor([prompt_ids]),
+            attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+        )
+    return [int(t) for t in out[0, len(prompt_ids) :]]

@@ -1,0 +1,131 @@
+"""Following the planner: apply each newer decision live, fall back when it goes stale.
+
+The worker reads ``DECISION_LATEST`` at start, then follows ``DECISIONS_STREAM``. A decision
+is applied with ``engine.apply_decision`` (no restart) and its version recorded in
+``DECISION_ACKS``. When the one in force outlives its ``valid_for_s`` (the planner is gone or
+stuck), a safe built-in rule takes over — no speculation, draft resident — until a fresh
+decision arrives.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import anyio
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from shared import codec, keys
+from shared.schemas import Decision
+from shared.streams import entries, last_id
+from worker.engine.api import Engine
+
+log = logging.getLogger(__name__)
+
+FALLBACK_POLICY = "fallback"
+
+
+def fallback_decision(note: str) -> Decision:
+    """γ = 0 for every batch size, draft kept resident. Version 0: not the planner's."""
+    return Decision(
+        version=0,
+        policy=FALLBACK_POLICY,
+        gamma_table=[(1 << 30, 0)],
+        drafter=None,
+        offload=False,
+        valid_for_s=float("inf"),
+        note=note,
+    )
+
+
+class DecisionFollower:
+    def __init__(
+        self, r: aioredis.Redis, engine: Engine, worker_id: str, check_s: float, block_ms: int
+    ) -> None:
+        self.r = r
+        self.engine = engine
+        self.worker_id = worker_id
+        self.check_s = check_s
+        self.block_ms = block_ms
+        self.current: Decision | None = None  # the planner decision in force (None in fallback)
+        self.newest_version = 0  # newest planner version seen, applied or not
+        self._cursor = "0-0"
+
+    @property
+    def fallback(self) -> bool:
+        return self.current is None
+
+    @property
+    def version(self) -> int:
+        return self.current.version if self.current else 0
+
+    async def start(self) -> None:
+        """Apply the latest decision (or the fallback) before the first job runs."""
+        self._cursor = await last_id(self.r, keys.DECISIONS_STREAM)
+        raw = await self.r.get(keys.DECISION_LATEST)
+        decision = None
+        if isinstance(raw, bytes):
+            try:
+                decision = codec.decode_as(raw, Decision)
+            except codec.CodecError as exc:
+                log.error("unreadable latest decision: %s", exc)
+        if decision is None or not await self.offer(decision):
+            await self._fall_back("no fresh planner decision at start")
+
+    async def offer(self, d: Decision, now: float | None = None) -> bool:
+        """Apply ``d`` if it is newer than anything seen and still fresh."""
+        if d.version <= self.newest_version:
+            return False
+        self.newest_version = d.version
+        if d.is_stale(now):
+            return False
+        self.engine.apply_decision(d)
+        self.current = d
+        await self.r.hset(keys.DECISION_ACKS, self.worker_id, d.version)
+        log.info("applied decision v%d (%s)", d.version, d.policy)
+        return True
+
+    async def check(self, now: float | None = None) -> None:
+        """Switch to the fallback rule if the decision in force went stale."""
+        if self.current is not None and self.current.is_stale(now):
+            await self._fall_back(f"decision v{self.current.version} is stale")
+
+    async def _fall_back(self, why: str) -> None:
+        self.engine.apply_decision(fallback_decision(why))
+        self.current = None
+        await self.r.hset(keys.DECISION_ACKS, self.worker_id, 0)
+        log.warning("planner fallback: %s", why)
+
+    async def run(self) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._follow)
+            tg.start_soon(self._watch_staleness)
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                resp = await self.r.xread(
+                    {keys.DECISIONS_STREAM: self._cursor}, count=100, block=self.block_ms
+                )
+            except RedisError as exc:
+                log.warning("reading decisions failed: %s", exc)
+                await anyio.sleep(1.0)
+                continue
+            for entry_id, fields in entries(resp):
+                self._cursor = entry_id.decode()
+                try:
+                    msg = codec.from_entry(fields)
+                except codec.CodecError as exc:
+                    log.error("skipping a malformed decision %s: %s", entry_id, exc)
+                    continue
+                if isinstance(msg, Decision):
+                    await self.offer(msg)
+
+    async def _watch_staleness(self) -> None:
+        while True:
+            await anyio.sleep(self.check_s)
+            try:
+                await self.check(time.time())
+            except RedisError as exc:
+                log.warning("recording the fallback failed: %s", exc)

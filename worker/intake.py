@@ -1,0 +1,99 @@
+"""The worker's side of the job stream: one consumer of the workers' group.
+
+At-least-once: an entry stays pending until XACK. A starting worker re-reads its own pending
+entries first; entries left idle by a dead consumer are taken over with XAUTOCLAIM; a worker
+renews its claim on the jobs it runs (XCLAIM ... JUSTID) so they never look idle.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgpack
+import redis.asyncio as aioredis
+
+from shared import codec, keys
+from shared.streams import Entry, ensure_group, entries
+
+
+class JobIntake:
+    def __init__(self, r: aioredis.Redis, consumer: str, claim_idle_s: float) -> None:
+        self.r = r
+        self.consumer = consumer
+        self.claim_idle_ms = int(claim_idle_s * 1000)
+        self._own_cursor = "0"
+        self._claim_cursor = "0-0"
+
+    async def setup(self) -> None:
+        await ensure_group(self.r, keys.JOBS_STREAM, keys.JOBS_GROUP)
+
+    async def read_own_pending(self, count: int) -> list[Entry]:
+        """The next of this consumer's own pending entries (empty once all were read)."""
+        resp = await self.r.xreadgroup(
+            keys.JOBS_GROUP, self.consumer, {keys.JOBS_STREAM: self._own_cursor}, count=count
+        )
+        got = entries(resp)
+        if got:
+            self._own_cursor = got[-1][0].decode()
+        return got
+
+    async def read_new(self, count: int, block_ms: int | None) -> list[Entry]:
+        resp = await self.r.xreadgroup(
+            keys.JOBS_GROUP, self.consumer, {keys.JOBS_STREAM: ">"}, count=count, block=block_ms
+        )
+        return entries(resp)
+
+    async def autoclaim(self, count: int) -> list[Entry]:
+        """Take over up to ``count`` entries idle past the claim limit on any consumer."""
+        resp = await self.r.xautoclaim(
+            keys.JOBS_STREAM,
+            keys.JOBS_GROUP,
+            self.consumer,
+            min_idle_time=self.claim_idle_ms,
+            start_id=self._claim_cursor,
+            count=count,
+        )
+        cursor, claimed = resp[0], resp[1]
+        self._claim_cursor = cursor.decode() if isinstance(cursor, bytes) else str(cursor)
+        return [(eid, fields) for eid, fields in claimed if fields is not None]
+
+    async def renew(self, entry_ids: list[int | bytes | str | memoryview]) -> None:
+        """Reset the idle time of entries this worker is still working on."""
+        if entry_ids:
+            await self.r.xclaim(
+                keys.JOBS_STREAM, keys.JOBS_GROUP, self.consumer, 0, entry_ids, justid=True
+            )
+
+    async def ack(self, *entry_ids: bytes) -> None:
+        if entry_ids:
+            await self.r.xack(keys.JOBS_STREAM, keys.JOBS_GROUP, *entry_ids)
+
+    async def dead_letter(self, entry_id: bytes, fields: dict[Any, Any], reason: str) -> None:
+        """Copy the entry, with the reason, to the dead-letter stream, then acknowledge it."""
+        record: dict[Any, Any] = dict(fields)
+        record.update(
+            {
+                b"reason": reason.encode(),
+                b"entry_id": entry_id,
+                b"worker_id": self.consumer.encode(),
+                b"ts": repr(time.time()).encode(),
+            }
+        )
+        async with self.r.pipeline(transaction=True) as pipe:
+            pipe.xadd(keys.DEAD_LETTER_STREAM, record)
+            pipe.xack(keys.JOBS_STREAM, keys.JOBS_GROUP, entry_id)
+            await pipe.execute()
+
+
+def guess_job_id(fields: dict[Any, Any]) -> str | None:
+    """The job id inside an entry that failed to decode, when one can be found."""
+    raw = fields.get(codec.FIELD, fields.get(codec.FIELD.decode()))
+    if not isinstance(raw, bytes | bytearray | str):
+        return None
+    try:
+        body = msgpack.unpackb(raw.encode() if isinstance(raw, str) else bytes(raw), raw=False)
+        job_id = body["d"]["job_id"]
+    except Exception:  # anything malformed simply has no recoverable id
+        return None
+    return job_id if isinstance(job_id, str) and 0 < len(job_id) <= 128 else None

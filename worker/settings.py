@@ -1,0 +1,38 @@
+"""Everything a worker can be told, with defaults that suit one machine."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def default_worker_id() -> str:
+    # Stable across restarts of one container (pid 1), so a restarted worker finds its own
+    # pending jobs; set NIGHTJAR_WORKER_ID for a fixed identity elsewhere.
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass
+class WorkerSettings:
+    model_dir: str
+    redis_url: str = "memory://"
+    worker_id: str = field(default_factory=default_worker_id)
+    model_name: str = ""  # served name; the model directory's name when empty
+    max_jobs: int = 16  # jobs held at once (running or queued in the engine)
+    engine: dict[str, Any] = field(default_factory=dict)  # keyword options of the engine
+    block_ms: int = 2000  # XREADGROUP / XREAD BLOCK
+    claim_idle_s: float = 30.0  # a job idle this long on a dead consumer is taken over
+    renew_s: float = 10.0  # period of this worker's XCLAIM renewals; must stay below claim_idle_s
+    autoclaim_s: float = 5.0  # period of XAUTOCLAIM sweeps
+    max_deliveries: int = 3  # starts of one job before it is dead-lettered
+    heartbeat_s: float = 1.0  # idle telemetry and registration period
+    lag_refresh_s: float = 0.5  # how stale the job-stream lag in telemetry may be
+    decision_check_s: float = 1.0  # how often a decision's staleness is checked
+
+    def __post_init__(self) -> None:
+        if self.renew_s >= self.claim_idle_s:
+            raise ValueError("renew_s must be below claim_idle_s, or running jobs get taken over")
+        if self.max_jobs < 1 or self.max_deliveries < 1:
+            raise ValueError("max_jobs and max_deliveries must be at least 1")

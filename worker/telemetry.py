@@ -1,0 +1,54 @@
+"""Telemetry for the planner: one message per engine step, plus an idle heartbeat."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import redis.asyncio as aioredis
+
+from shared import codec, keys
+from shared.schemas import Telemetry
+from shared.streams import group_load
+from worker.engine.api import StepStats
+
+_TELEMETRY_FIELDS = frozenset(Telemetry.model_fields)
+
+
+class TelemetryPublisher:
+    """XADDs Telemetry (MAXLEN ~) and knows the job stream's lag for the queue depth."""
+
+    def __init__(self, r: aioredis.Redis, worker_id: str, lag_refresh_s: float) -> None:
+        self.r = r
+        self.worker_id = worker_id
+        self.lag_refresh_s = lag_refresh_s
+        self._lag = 0
+        self._lag_at = float("-inf")
+
+    async def job_lag(self) -> int:
+        """Jobs not yet delivered to any worker (refreshed at most every ``lag_refresh_s``)."""
+        now = time.monotonic()
+        if now - self._lag_at >= self.lag_refresh_s:
+            _, self._lag = await group_load(self.r, keys.JOBS_STREAM, keys.JOBS_GROUP)
+            self._lag_at = now
+        return self._lag
+
+    def build(self, stats: StepStats, lag: int, decision_version: int, fallback: bool) -> Telemetry:
+        fields = {
+            k: v for k, v in dataclasses.asdict(stats).items() if k in _TELEMETRY_FIELDS
+        }
+        fields.update(
+            worker_id=self.worker_id,
+            queue_depth=stats.waiting + lag,
+            decision_version=decision_version,
+            fallback=fallback,
+        )
+        return Telemetry(**fields)
+
+    async def publish(self, stats: StepStats, decision_version: int, fallback: bool) -> Telemetry:
+        """Publish one step's stats; an idle heartbeat is a step with batch_size 0."""
+        t = self.build(stats, await self.job_lag(), decision_version, fallback)
+        await self.r.xadd(
+            keys.TELEMETRY_STREAM, codec.entry(t), maxlen=keys.TELEMETRY_MAXLEN, approximate=True
+        )
+        return t
