@@ -59,7 +59,10 @@ def test_torch_path_honours_max_context() -> None:
     """A max_context hint past the longest sequence (within what the tables address) must not
     change anything."""
     batch = make_paged_batch([7, 10], [2, 4], page=4)
-    out = paged_attention_torch(*batch.args(), max_context=12)
+    b = batch
+    out = paged_attention_torch(
+        b.q, b.k_cache, b.v_cache, b.block_tables, b.context_lens, b.query_lens, b.scale, max_context=12
+    )
     assert_matches_naive(batch, out, atol=1e-5)
 
 
