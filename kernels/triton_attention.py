@@ -3,8 +3,8 @@
 Same contract as :func:`kernels.paged_attention.paged_attention_torch` (decode, speculative
 verification and chunked prefill in one kernel; causal; GQA). One program handles one
 (sequence, kv head, query tile): the tile flattens (query row, head of the kv group) into its
-M dimension, so the heads sharing a kv head share every key/value page load, and a decode
-step with GQA still fills a 16-row tensor-core tile.
+M dimension, so the heads sharing a kv head share every key/value page load (a decode step
+with 3 heads per kv head reads each page once, not three times).
 
 Rows past a sequence's query_len are written as zeros (the torch path leaves junk there;
 the contract only promises junk, zeros keep it finite).
