@@ -1,0 +1,46 @@
+"""Versioned decisions: INCR a counter, XADD to the decision stream, SET the latest."""
+
+from __future__ import annotations
+
+import redis.asyncio as aioredis
+
+from planner.policies.base import Choice
+from shared import codec, keys
+from shared.schemas import Decision
+
+DECISIONS_MAXLEN = 10_000  # the stream is a history for observers; workers need only the tail
+
+
+class DecisionPublisher:
+    def __init__(self, r: aioredis.Redis, valid_for_s: float) -> None:
+        self.r = r
+        self.valid_for_s = valid_for_s
+        self.last: Decision | None = None
+
+    def changed(self, choice: Choice, policy: str) -> bool:
+        """Would publishing ``choice`` tell the workers something new?"""
+        d = self.last
+        return d is None or (
+            d.policy != policy
+            or [tuple(x) for x in d.gamma_table] != [tuple(x) for x in choice.gamma_table]
+            or d.drafter != choice.drafter
+            or d.offload != choice.offload
+        )
+
+    async def publish(self, choice: Choice, policy: str, note: str) -> Decision:
+        version = int(await self.r.incr(keys.DECISION_VERSION))
+        decision = Decision(
+            version=version,
+            policy=policy,
+            gamma_table=[(int(b), int(g)) for b, g in choice.gamma_table],
+            drafter=choice.drafter,
+            offload=choice.offload,
+            valid_for_s=self.valid_for_s,
+            note=note,
+        )
+        async with self.r.pipeline(transaction=True) as pipe:
+            pipe.xadd(keys.DECISIONS_STREAM, codec.entry(decision), maxlen=DECISIONS_MAXLEN, approximate=True)
+            pipe.set(keys.DECISION_LATEST, codec.encode(decision))
+            await pipe.execute()
+        self.last = decision
+        return decision

@@ -1,0 +1,149 @@
+"""The planner service: telemetry in, versioned decisions out, policy swappable live.
+
+One anyio task group runs three loops over one policy object (all on the event loop, so the
+policy needs no locks): telemetry read through the planner's consumer group and fed to
+``policy.observe``; a timer asking ``policy.decide(now)``; and the control stream, whose
+PolicyCommands swap the policy. A decision is published when it differs from the last one,
+or when the last one is getting old (so workers never see it go stale while the planner
+lives); every swap, and every failed swap, is recorded in a decision's note.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import anyio
+import redis.asyncio as aioredis
+
+from planner.policy_slot import PolicyFactory, PolicySlot, registry_factory
+from planner.publisher import DecisionPublisher
+from planner.settings import PlannerSettings
+from shared import codec, keys
+from shared.connection import connect
+from shared.loops import every, keep_running
+from shared.schemas import Decision, PolicyCommand, Telemetry
+from shared.streams import ensure_group, entries
+
+log = logging.getLogger(__name__)
+
+
+class PlannerService:
+    def __init__(
+        self,
+        settings: PlannerSettings,
+        *,
+        redis: aioredis.Redis | None = None,
+        factory: PolicyFactory = registry_factory,
+    ) -> None:
+        self.settings = settings
+        self.r = redis if redis is not None else connect(settings.redis_url)
+        self.slot = PolicySlot(self.r, factory)
+        self.publisher = DecisionPublisher(self.r, settings.valid_for_s)
+        self.observed = 0  # telemetry messages fed to policies
+        self._saved_at = time.monotonic()
+
+    async def start(self) -> Decision:
+        """Set up groups, load the policy in force, publish a first decision."""
+        await ensure_group(self.r, keys.TELEMETRY_STREAM, keys.TELEMETRY_GROUP, start="$")
+        await ensure_group(self.r, keys.PLANNER_CONTROL_STREAM, keys.PLANNER_CONTROL_GROUP)
+        default = PolicyCommand(
+            policy=self.settings.policy, params=self.settings.params, requested_by="planner default"
+        )
+        await self.slot.load(default)
+        log.info("planner running policy %s %s", self.slot.name, self.slot.command.params)
+        return await self._publish(f"planner started with {self.slot.name}")
+
+    async def run(self) -> None:
+        await self.start()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(keep_running, "telemetry", self.read_telemetry)
+                tg.start_soon(keep_running, "control", self.read_control)
+                tg.start_soon(every, self.settings.decide_s, self.decide, "decide")
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                await self.slot.save_state()
+
+    async def read_telemetry(self, block_ms: int | None = -1) -> int:
+        """Feed one batch of telemetry to the policy, then decide; returns the batch size."""
+        resp = await self.r.xreadgroup(
+            keys.TELEMETRY_GROUP,
+            self.settings.consumer,
+            {keys.TELEMETRY_STREAM: ">"},
+            count=self.settings.batch,
+            block=self.settings.block_ms if block_ms == -1 else block_ms,
+        )
+        got = entries(resp)
+        for entry_id, fields in got:
+            try:
+                msg = codec.from_entry(fields)
+            except codec.CodecError as exc:
+                log.error("skipping malformed telemetry %s: %s", entry_id, exc)
+                continue
+            if isinstance(msg, Telemetry):
+                try:
+                    self.slot.policy.observe(msg)
+                    self.observed += 1
+                except Exception:
+                    log.exception("policy %s failed to observe telemetry", self.slot.name)
+        if got:
+            await self.r.xack(keys.TELEMETRY_STREAM, keys.TELEMETRY_GROUP, *(eid for eid, _ in got))
+            await self.decide()
+        return len(got)
+
+    async def read_control(self, block_ms: int | None = -1) -> int:
+        """Apply the next policy commands; returns how many were read."""
+        resp = await self.r.xreadgroup(
+            keys.PLANNER_CONTROL_GROUP,
+            self.settings.consumer,
+            {keys.PLANNER_CONTROL_STREAM: ">"},
+            count=10,
+            block=self.settings.block_ms if block_ms == -1 else block_ms,
+        )
+        got = entries(resp)
+        for entry_id, fields in got:
+            try:
+                cmd = codec.from_entry(fields)
+                if not isinstance(cmd, PolicyCommand):
+                    raise codec.CodecError(f"a {cmd.kind!r} message is not a policy command")
+            except codec.CodecError as exc:
+                log.error("skipping malformed control entry %s: %s", entry_id, exc)
+                await self._publish(f"error: malformed policy command: {exc}")
+            else:
+                await self.apply(cmd)
+            await self.r.xack(keys.PLANNER_CONTROL_STREAM, keys.PLANNER_CONTROL_GROUP, entry_id)
+        return len(got)
+
+    async def apply(self, cmd: PolicyCommand) -> Decision:
+        """Swap to ``cmd``'s policy and publish at once; on failure keep the old one running."""
+        old = self.slot.name
+        try:
+            await self.slot.swap(cmd)
+        except Exception as exc:
+            log.error("policy swap to %r %s failed: %s", cmd.policy, cmd.params, exc)
+            return await self._publish(f"error: cannot use policy {cmd.policy!r}: {exc}; {old} keeps running")
+        return await self._publish(f"policy {old} -> {cmd.policy} {cmd.params} by {cmd.requested_by}")
+
+    async def decide(self) -> Decision | None:
+        """Ask the policy; publish when the choice changed or the last decision is aging."""
+        now = time.time()
+        last = self.publisher.last
+        aging = last is None or now - last.created_at >= self.settings.republish_s
+        published = None
+        try:
+            choice = self.slot.policy.decide(now)
+        except Exception:
+            log.exception("policy %s failed to decide", self.slot.name)
+            choice = None
+        if choice is not None and (aging or self.publisher.changed(choice, self.slot.name)):
+            published = await self.publisher.publish(choice, self.slot.name, choice.note)
+        if time.monotonic() - self._saved_at >= self.settings.state_save_s:
+            await self.slot.save_state()
+            self._saved_at = time.monotonic()
+        return published
+
+    async def _publish(self, note: str) -> Decision:
+        choice = self.slot.policy.decide(time.time())
+        note = f"{note}: {choice.note}" if choice.note else note
+        return await self.publisher.publish(choice, self.slot.name, note)

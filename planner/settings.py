@@ -1,0 +1,24 @@
+"""What the planner service can be told."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class PlannerSettings:
+    redis_url: str = "memory://"
+    policy: str = "static"  # used when no policy was chosen before (keys.PLANNER_ACTIVE)
+    params: dict[str, Any] = field(default_factory=dict)
+    consumer: str = "planner"
+    decide_s: float = 0.5  # how often the policy is asked, besides after telemetry batches
+    valid_for_s: float = 30.0  # lifetime of a published decision
+    republish_s: float = 10.0  # an unchanged decision is re-published this often to stay valid
+    state_save_s: float = 5.0  # how often the policy's learned state is persisted
+    block_ms: int = 1000
+    batch: int = 500  # telemetry entries read at once
+
+    def __post_init__(self) -> None:
+        if self.republish_s >= self.valid_for_s:
+            raise ValueError("republish_s must be below valid_for_s, or workers fall back between publishes")
