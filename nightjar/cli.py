@@ -1,0 +1,157 @@
+"""The ``nightjar`` command: run the services, swap the planner's policy, submit a prompt.
+
+Every option also reads a NIGHTJAR_* environment variable (named in its help). Bad input
+gives one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+from shared.connection import DEFAULT_URL
+
+BUNDLED_MODEL = Path(__file__).resolve().parent.parent / "models" / "nj-target"
+
+
+class UsageError(Exception):
+    """Bad input from the command line: reported in one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        print(f"nightjar: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _env(name: str, default: Any = None) -> Any:
+    return os.environ.get(f"NIGHTJAR_{name}", default)
+
+
+def _pairs(items: list[str] | None, what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{what} takes key=value, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _typed(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def _model_dir(arg: str | None) -> str:
+    path = Path(arg) if arg else BUNDLED_MODEL
+    if not (path / "config.json").is_file():
+        hint = "pass --model DIR" if not arg else "a Hugging Face model directory has config.json"
+        raise UsageError(f"no model at {path} ({hint})")
+    return str(path)
+
+
+def _add_redis(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument("--redis-url", default=_env("REDIS_URL", default), help="NIGHTJAR_REDIS_URL")
+
+
+def _add_gateway(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default=_env("HOST", "127.0.0.1"), help="NIGHTJAR_HOST")
+    p.add_argument("--port", type=int, default=_env("PORT", "8000"), help="NIGHTJAR_PORT")
+    p.add_argument("--max-queue", type=int, default=_env("MAX_QUEUE", "1000"), help="NIGHTJAR_MAX_QUEUE")
+
+
+def _add_worker(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=_env("MODEL"), help="model directory (NIGHTJAR_MODEL)")
+    p.add_argument("--worker-id", default=_env("WORKER_ID"), help="NIGHTJAR_WORKER_ID")
+    p.add_argument("--max-jobs", type=int, default=_env("MAX_JOBS", "16"), help="NIGHTJAR_MAX_JOBS")
+    p.add_argument(
+        "--claim-idle", type=float, default=_env("CLAIM_IDLE_S", "30"), help="NIGHTJAR_CLAIM_IDLE_S"
+    )
+    p.add_argument("--renew", type=float, default=_env("RENEW_S", "10"), help="NIGHTJAR_RENEW_S")
+    p.add_argument("--autoclaim", type=float, default=_env("AUTOCLAIM_S", "5"), help="NIGHTJAR_AUTOCLAIM_S")
+    p.add_argument(
+        "--max-deliveries", type=int, default=_env("MAX_DELIVERIES", "3"), help="NIGHTJAR_MAX_DELIVERIES"
+    )
+    p.add_argument("--threads", type=int, default=_env("THREADS"), help="torch threads (NIGHTJAR_THREADS)")
+    p.add_argument("--engine-opt", action="append", metavar="KEY=VALUE", help="engine option")
+
+
+def _add_planner(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policy", default=_env("POLICY", "static"), help="NIGHTJAR_POLICY")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="policy parameter")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="nightjar", description="LLM serving that makes speculative decoding pay off.")
+    p.add_argument("--log-level", default=_env("LOG_LEVEL", "info"), help="NIGHTJAR_LOG_LEVEL")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    up = sub.add_parser("up", help="gateway, planner and a worker in one process (embedded Redis)")
+    _add_redis(up, DEFAULT_URL)
+    _add_gateway(up)
+    _add_worker(up)
+    _add_planner(up)
+
+    gw = sub.add_parser("gateway", help="the HTTP gateway")
+    _add_redis(gw, "redis://127.0.0.1:6379/0")
+    _add_gateway(gw)
+
+    wk = sub.add_parser("worker", help="one worker (one per accelerator)")
+    _add_redis(wk, "redis://127.0.0.1:6379/0")
+    _add_worker(wk)
+
+    pl = sub.add_parser("planner", help="the planner, or `planner use POLICY` to swap its policy")
+    _add_redis(pl, "redis://127.0.0.1:6379/0")
+    _add_planner(pl)
+    pl_sub = pl.add_subparsers(dest="planner_command", parser_class=_Parser)
+    use = pl_sub.add_parser("use", help="swap the running planner's policy")
+    use.add_argument("policy")
+    use.add_argument("--set", dest="use_set", action="append", metavar="KEY=VALUE", help="policy parameter")
+
+    sm = sub.add_parser("submit", help="stream a completion from a running gateway")
+    sm.add_argument("prompt")
+    sm.add_argument("--url", default=_env("URL", "http://127.0.0.1:8000"), help="gateway (NIGHTJAR_URL)")
+    sm.add_argument("--max-tokens", type=int, default=64)
+    sm.add_argument("--temperature", type=float, default=0.0)
+    sm.add_argument("--seed", type=int, default=None)
+    sm.add_argument("--chat", action="store_true", help="send the prompt as a chat message")
+
+    sub.add_parser("models", help="build, convert and train the bundled models (training.cli)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "models":
+        return _models(argv[1:])
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=str(args.log_level).upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here
+    from nightjar import commands
+
+    try:
+        return int(commands.run(args) or 0)
+    except UsageError as exc:
+        print(f"nightjar: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _models(argv: list[str]) -> int:
+    try:
+        from training.cli import main as training_main
+    except ImportError as exc:
+        print(f"nightjar: error: the models command is not available: {exc}", file=sys.stderr)
+        return 2
+    return int(training_main(argv) or 0)

@@ -1,0 +1,146 @@
+"""What each ``nightjar`` subcommand does (the parser lives in ``nightjar.cli``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+import anyio
+
+from nightjar.cli import UsageError, _model_dir, _pairs, _typed
+from nightjar.runner import Service, http_server, run_services
+
+log = logging.getLogger("nightjar")
+
+
+def run(args: argparse.Namespace) -> int:
+    handler = {
+        "up": _up,
+        "gateway": _gateway,
+        "worker": _worker,
+        "planner": _planner,
+        "submit": _submit,
+    }[args.command]
+    return handler(args)
+
+
+def _gateway_app(args: argparse.Namespace) -> Any:
+    import os
+
+    from gateway.app import create_app
+    from gateway.settings import GatewaySettings
+
+    settings = GatewaySettings(
+        redis_url=args.redis_url,
+        max_queue=args.max_queue,
+        admin_token=os.environ.get("NIGHTJAR_ADMIN_TOKEN") or None,
+    )
+    return create_app(settings)
+
+
+def _worker_service(args: argparse.Namespace) -> Service:
+    from worker.service import WorkerService
+    from worker.settings import WorkerSettings, default_worker_id
+
+    model_dir = _model_dir(args.model)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    try:
+        settings = WorkerSettings(
+            model_dir=model_dir,
+            redis_url=args.redis_url,
+            worker_id=args.worker_id or default_worker_id(),
+            max_jobs=args.max_jobs,
+            claim_idle_s=args.claim_idle,
+            renew_s=args.renew,
+            autoclaim_s=args.autoclaim,
+            max_deliveries=args.max_deliveries,
+            engine={k: _typed(v) for k, v in _pairs(args.engine_opt, "--engine-opt").items()},
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        return WorkerService(settings).run
+    except TypeError as exc:  # an engine option the engine does not take
+        raise UsageError(f"bad --engine-opt: {exc}") from None
+
+
+def _planner_service(args: argparse.Namespace) -> Service:
+    from planner.policies import registry
+    from planner.service import PlannerService
+    from planner.settings import PlannerSettings
+
+    params = _pairs(args.set, "--set")
+    try:
+        registry.create(args.policy, **params)  # fail fast, before any service starts
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return PlannerService(PlannerSettings(redis_url=args.redis_url, policy=args.policy, params=params)).run
+
+
+def _up(args: argparse.Namespace) -> int:
+    planner = _planner_service(args)
+    worker = _worker_service(args)
+    server = http_server(_gateway_app(args), args.host, args.port, args.log_level)
+    log.info("nightjar up: gateway at http://%s:%d, Redis %s", args.host, args.port, args.redis_url)
+    anyio.run(run_services, [worker, planner], server)
+    return 0
+
+
+def _gateway(args: argparse.Namespace) -> int:
+    server = http_server(_gateway_app(args), args.host, args.port, args.log_level)
+    anyio.run(run_services, [], server)
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    anyio.run(run_services, [_worker_service(args)])
+    return 0
+
+
+def _planner(args: argparse.Namespace) -> int:
+    if args.planner_command == "use":
+        return _planner_use(args)
+    anyio.run(run_services, [_planner_service(args)])
+    return 0
+
+
+def _planner_use(args: argparse.Namespace) -> int:
+    from planner.policies import registry
+    from shared import codec, keys
+    from shared.connection import connect
+    from shared.schemas import PolicyCommand
+
+    params = _pairs(args.use_set, "--set")
+    try:
+        registry.create(args.policy, **params)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    cmd = PolicyCommand(policy=args.policy, params=params, requested_by="cli")
+
+    async def send() -> None:
+        r = connect(args.redis_url)
+        try:
+            await r.xadd(keys.PLANNER_CONTROL_STREAM, codec.entry(cmd))
+        finally:
+            await r.aclose()
+
+    anyio.run(send)
+    print(f"asked the planner to use {args.policy} {params or ''}".rstrip())
+    return 0
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from nightjar.submit import stream_completion
+
+    body: dict[str, Any] = {"max_tokens": args.max_tokens, "temperature": args.temperature}
+    if args.seed is not None:
+        body["seed"] = args.seed
+    if args.chat:
+        body["messages"] = [{"role": "user", "content": args.prompt}]
+    else:
+        body["prompt"] = args.prompt
+    return stream_completion(args.url, body, args.chat)
