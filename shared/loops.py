@@ -13,7 +13,7 @@ log = logging.getLogger(__name__)
 
 
 async def keep_running(
-    name: str, iteration: Callable[[], Awaitable[None]], backoff_s: float = 1.0
+    name: str, iteration: Callable[[], Awaitable[object]], backoff_s: float = 1.0
 ) -> NoReturn:
     """Run ``iteration`` forever; a Redis or network error is logged and retried after a pause."""
     while True:
@@ -24,7 +24,7 @@ async def keep_running(
             await anyio.sleep(backoff_s)
 
 
-async def every(period_s: float, iteration: Callable[[], Awaitable[None]], name: str) -> NoReturn:
+async def every(period_s: float, iteration: Callable[[], Awaitable[object]], name: str) -> NoReturn:
     """Run ``iteration`` every ``period_s`` seconds, surviving Redis errors."""
 
     async def tick() -> None:

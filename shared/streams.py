@@ -49,9 +49,7 @@ def entries(resp: Any) -> list[Entry]:
     return out
 
 
-async def group_load(
-    r: aioredis.Redis, stream: str, group: str, limit: int = 100_000
-) -> tuple[int, int]:
+async def group_load(r: aioredis.Redis, stream: str, group: str, limit: int = 100_000) -> tuple[int, int]:
     """(pending, lag) of a consumer group: entries delivered but not acknowledged, and
     entries not yet delivered to any consumer.
 

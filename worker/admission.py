@@ -108,9 +108,7 @@ class Admission:
             await pipe.execute()
         await self.intake.ack(entry_id)
 
-    async def _reject(
-        self, entry_id: bytes, fields: dict[Any, Any], reason: str, job_id: str | None
-    ) -> None:
+    async def _reject(self, entry_id: bytes, fields: dict[Any, Any], reason: str, job_id: str | None) -> None:
         """Dead-letter the entry; tell the job's client when the job is known."""
         log.error("dead-lettering entry %s: %s", entry_id.decode(), reason)
         if job_id is not None:

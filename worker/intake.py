@@ -61,9 +61,7 @@ class JobIntake:
     async def renew(self, entry_ids: list[int | bytes | str | memoryview]) -> None:
         """Reset the idle time of entries this worker is still working on."""
         if entry_ids:
-            await self.r.xclaim(
-                keys.JOBS_STREAM, keys.JOBS_GROUP, self.consumer, 0, entry_ids, justid=True
-            )
+            await self.r.xclaim(keys.JOBS_STREAM, keys.JOBS_GROUP, self.consumer, 0, entry_ids, justid=True)
 
     async def ack(self, *entry_ids: bytes) -> None:
         if entry_ids:

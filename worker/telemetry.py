@@ -34,9 +34,7 @@ class TelemetryPublisher:
         return self._lag
 
     def build(self, stats: StepStats, lag: int, decision_version: int, fallback: bool) -> Telemetry:
-        fields = {
-            k: v for k, v in dataclasses.asdict(stats).items() if k in _TELEMETRY_FIELDS
-        }
+        fields = {k: v for k, v in dataclasses.asdict(stats).items() if k in _TELEMETRY_FIELDS}
         fields.update(
             worker_id=self.worker_id,
             queue_depth=stats.waiting + lag,
