@@ -1,0 +1,20 @@
+"""Session fixtures: the tiny checkpoints of ``tiny.py``, saved once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.worker.engine.tiny import save_tiny, tiny_configs
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tiny_models")
+    return {name: save_tiny(cfg, root / name) for name, cfg in tiny_configs().items()}
+
+
+@pytest.fixture(scope="session")
+def llama_dir(tiny_models: dict[str, Path]) -> Path:
+    return tiny_models["llama"]

@@ -1,0 +1,103 @@
+"""Attention of one step's query rows over the paged KV cache, planned once per step.
+
+The batch is split into groups of sequences with the same number of query rows (decode rows
+with decode rows, a verify of γ+1 rows with others of γ+1, each prefill chunk alone), so a
+decode row is never padded to a long prefill chunk. Everything that depends only on the batch
+(block lists, masks) is built once per step in ``AttentionGroup`` and reused by every layer.
+
+On CUDA the group calls ``kernels.paged_attention.paged_attention`` (Triton). The CPU path
+gathers whole pages with one ``index_select`` over the layer's joint key/value tensor (pages
+are contiguous, so this copies large runs instead of single rows) and runs SDPA with the
+query heads of each KV head stacked as rows, which avoids expanding keys and values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from kernels.paged_attention import paged_attention
+
+
+@dataclass
+class AttentionGroup:
+    """``num_seqs`` sequences with ``num_queries`` rows each, rows ``row_start`` onwards of
+    the flattened batch."""
+
+    row_start: int
+    num_seqs: int
+    num_queries: int
+    block_tables: torch.Tensor  # [B, MAXB] int32
+    context_lens: torch.Tensor  # [B] int32: cached tokens including this step's rows
+    query_lens: torch.Tensor  # [B] int32
+    block_ids: torch.Tensor  # [B * pages] int64: pages to gather on the torch path
+    mask: torch.Tensor  # [B, 1, Q * G, pages * block_size] bool, rows ordered (query, head)
+
+    @property
+    def num_rows(self) -> int:
+        return self.num_seqs * self.num_queries
+
+
+def plan_group(
+    row_start: int,
+    num_queries: int,
+    tables: list[list[int]],
+    context_lens: list[int],
+    block_size: int,
+    group_size: int,
+    device: torch.device,
+) -> AttentionGroup:
+    """Plan attention for sequences that each send ``num_queries`` rows ending at their
+    context length. ``group_size`` is query heads per KV head."""
+    b = len(tables)
+    pages = (max(context_lens) + block_size - 1) // block_size
+    padded = [t[:pages] + [0] * (pages - len(t[:pages])) for t in tables]
+    block_tables = torch.tensor(padded, dtype=torch.int32, device=device)
+    ctx = torch.tensor(context_lens, dtype=torch.int32, device=device)
+    key_pos = torch.arange(pages * block_size, device=device)
+    q_pos = (ctx - num_queries).unsqueeze(1) + torch.arange(num_queries, device=device)  # [B, Q]
+    mask = key_pos.view(1, 1, -1) <= q_pos.unsqueeze(-1)  # causal; also hides padded pages
+    mask = mask.unsqueeze(2).expand(b, num_queries, group_size, -1)
+    return AttentionGroup(
+        row_start=row_start,
+        num_seqs=b,
+        num_queries=num_queries,
+        block_tables=block_tables,
+        context_lens=ctx,
+        query_lens=torch.full((b,), num_queries, dtype=torch.int32, device=device),
+        block_ids=block_tables.flatten().long(),
+        mask=mask.reshape(b, 1, num_queries * group_size, -1),
+    )
+
+
+def group_attention(
+    q: torch.Tensor,  # [B * Q, H, D] rows of this group
+    kv_layer: torch.Tensor,  # [2, NB, BS, KVH, D]
+    group: AttentionGroup,
+    scale: float,
+) -> torch.Tensor:
+    """Causal attention for one group; returns ``[B * Q, H, D]``."""
+    b, nq = group.num_seqs, group.num_queries
+    _, h, d = q.shape
+    if q.is_cuda:
+        out = paged_attention(
+            q.view(b, nq, h, d),
+            kv_layer[0],
+            kv_layer[1],
+            group.block_tables,
+            group.context_lens,
+            group.query_lens,
+            scale,
+        )
+        return out.reshape(b * nq, h, d)
+    kvh = kv_layer.shape[3]
+    g = h // kvh
+    pages = kv_layer.index_select(1, group.block_ids).view(2, b, -1, kvh, d)
+    k, v = pages[0].transpose(1, 2), pages[1].transpose(1, 2)  # [B, KVH, L, D]
+    # Query head j uses KV head j // g (transformers' repeat_kv order), so heads of a KV
+    # group are consecutive: stack them as extra query rows.
+    qg = q.view(b, nq, kvh, g, d).permute(0, 2, 1, 3, 4).reshape(b, kvh, nq * g, d)
+    out = F.scaled_dot_product_attention(qg, k, v, attn_mask=group.mask, scale=scale)
+    return out.view(b, kvh, nq, g, d).permute(0, 2, 1, 3, 4).reshape(b * nq, h, d)

@@ -1,0 +1,142 @@
+"""A Llama-family decoder (Llama, Mistral, Qwen2, Qwen3) over a flattened, paged batch.
+
+Every linear layer runs once over all rows of the step (q/k/v and gate/up are fused into one
+matrix each); attention runs per ``AttentionGroup``. The arithmetic mirrors transformers
+(RMSNorm in fp32, rotary in the model dtype, SiLU MLP) so fp32 logits agree to rounding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from kernels.kv_ops import write_kv
+from worker.engine.attention import AttentionGroup, group_attention
+from worker.engine.model_config import ModelConfig
+from worker.engine.rope import Rotary
+
+
+@dataclass
+class LayerWeights:
+    input_norm: torch.Tensor
+    qkv: torch.Tensor
+    qkv_bias: torch.Tensor | None
+    qk_norm: torch.Tensor | None  # [H + KVH, D]: q_norm for query heads, k_norm for KV heads
+    o: torch.Tensor
+    o_bias: torch.Tensor | None
+    post_norm: torch.Tensor
+    gate_up: torch.Tensor
+    gate_up_bias: torch.Tensor | None
+    down: torch.Tensor
+    down_bias: torch.Tensor | None
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    dtype = x.dtype
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(dtype)
+
+
+class DecoderModel:
+    """Weights plus the forward pass; holds no cache and no per-request state."""
+
+    def __init__(
+        self, config: ModelConfig, state: dict[str, torch.Tensor], device: torch.device, dtype: torch.dtype
+    ) -> None:
+        self.config = config
+        self.device, self.dtype = device, dtype
+        self.scale = config.head_dim**-0.5
+        self.rotary = Rotary(config.rope, device, dtype)
+
+        def get(name: str) -> torch.Tensor:
+            return state[name].to(device=device, dtype=dtype)
+
+        def maybe(name: str) -> torch.Tensor | None:
+            return get(name) if name in state else None
+
+        def cat(names: list[str]) -> torch.Tensor | None:
+            parts = [maybe(n) for n in names]
+            if all(p is None for p in parts):
+                return None
+            if any(p is None for p in parts):
+                raise ValueError(f"some but not all of {names} are in the checkpoint")
+            return torch.cat([p for p in parts if p is not None], dim=0).contiguous()
+
+        self.embed = get("model.embed_tokens.weight")
+        self.norm = get("model.norm.weight")
+        tied = config.tie_word_embeddings or "lm_head.weight" not in state
+        self.lm_head = self.embed if tied else get("lm_head.weight")
+        h, kvh = config.num_heads, config.num_kv_heads
+        self.layers: list[LayerWeights] = []
+        for i in range(config.num_layers):
+            p = f"model.layers.{i}."
+            attn, mlp = p + "self_attn.", p + "mlp."
+            qk_norm = None
+            if config.qk_norm:
+                qn, kn = get(attn + "q_norm.weight"), get(attn + "k_norm.weight")
+                qk_norm = torch.cat([qn.expand(h, -1), kn.expand(kvh, -1)]).contiguous()
+            qkv = cat([attn + f"{x}_proj.weight" for x in "qkv"])
+            gate_up = cat([mlp + "gate_proj.weight", mlp + "up_proj.weight"])
+            assert qkv is not None and gate_up is not None
+            self.layers.append(
+                LayerWeights(
+                    input_norm=get(p + "input_layernorm.weight"),
+                    qkv=qkv,
+                    qkv_bias=cat([attn + f"{x}_proj.bias" for x in "qkv"]),
+                    qk_norm=qk_norm,
+                    o=get(attn + "o_proj.weight"),
+                    o_bias=maybe(attn + "o_proj.bias"),
+                    post_norm=get(p + "post_attention_layernorm.weight"),
+                    gate_up=gate_up,
+                    gate_up_bias=cat([mlp + "gate_proj.bias", mlp + "up_proj.bias"]),
+                    down=get(mlp + "down_proj.weight"),
+                    down_bias=maybe(mlp + "down_proj.bias"),
+                )
+            )
+
+    def weight_bytes(self) -> int:
+        tensors = [self.embed, self.norm] + ([] if self.lm_head is self.embed else [self.lm_head])
+        for layer in self.layers:
+            tensors += [t for t in vars(layer).values() if t is not None]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [T]
+        positions: torch.Tensor,  # [T]
+        slots: torch.Tensor,  # [T] int64: cache slot of each row
+        kv: torch.Tensor,  # [layers, 2, NB, BS, KVH, D]
+        groups: list[AttentionGroup],
+        logits_rows: torch.Tensor | None,  # rows whose logits are wanted; None: all
+    ) -> torch.Tensor:
+        cfg = self.config
+        h, kvh, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        eps = cfg.rms_norm_eps
+        t = input_ids.shape[0]
+        cos, sin = self.rotary.cos_sin(positions)
+        hidden = F.embedding(input_ids, self.embed)
+        attn_out = torch.empty(t, h, d, device=self.device, dtype=self.dtype)
+        for i, layer in enumerate(self.layers):
+            x = rms_norm(hidden, layer.input_norm, eps)
+            qkv = F.linear(x, layer.qkv, layer.qkv_bias)
+            qk = qkv[:, : (h + kvh) * d].view(t, h + kvh, d)
+            v = qkv[:, (h + kvh) * d :].view(t, kvh, d)
+            if layer.qk_norm is not None:
+                qk = rms_norm(qk, layer.qk_norm, eps)
+            qk = Rotary.apply(qk, cos, sin)
+            q, k = qk[:, :h], qk[:, h:]
+            write_kv(kv[i, 0], kv[i, 1], k, v, slots)
+            for g in groups:
+                rows = slice(g.row_start, g.row_start + g.num_rows)
+                attn_out[rows] = group_attention(q[rows], kv[i], g, self.scale)
+            hidden = hidden + F.linear(attn_out.view(t, h * d), layer.o, layer.o_bias)
+            x = rms_norm(hidden, layer.post_norm, eps)
+            gate, up = F.linear(x, layer.gate_up, layer.gate_up_bias).chunk(2, dim=-1)
+            hidden = hidden + F.linear(F.silu(gate) * up, layer.down, layer.down_bias)
+        if logits_rows is not None:
+            hidden = hidden.index_select(0, logits_rows)
+        return F.linear(rms_norm(hidden, self.norm, eps), self.lm_head)

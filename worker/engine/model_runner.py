@@ -1,0 +1,112 @@
+"""A model plus its paged KV cache, run on a list of ``ForwardItem``.
+
+The same class serves the target and, later, each drafter (a smaller model with its own
+cache and its own BlockManager): it knows nothing of requests or scheduling. An item is
+"compute these tokens at these positions through this block table, and give me the logits
+of the last ``num_logits`` rows": 1 for the end of a prefill chunk or a decode row, γ+1 for
+a speculative verification, 0 for a chunk in the middle of a prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from worker.engine.attention import plan_group
+from worker.engine.kv_cache import KVCache, blocks_for_budget
+from worker.engine.model import DecoderModel
+from worker.engine.model_config import ModelConfig
+
+
+@dataclass
+class ForwardItem:
+    token_ids: list[int]  # the new tokens (already in the sequence) to compute
+    start: int  # position of the first one (= tokens already cached)
+    block_table: list[int]  # must cover positions < start + len(token_ids)
+    num_logits: int = 1
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        config: ModelConfig,
+        state: dict[str, torch.Tensor],
+        block_size: int,
+        device: torch.device,
+        dtype: torch.dtype,
+        num_blocks: int | None = None,
+        memory_budget_bytes: int | None = None,
+        default_kv_bytes: int = 1 << 30,
+    ) -> None:
+        self.config, self.block_size = config, block_size
+        self.device, self.dtype = device, dtype
+        self.model = DecoderModel(config, state, device, dtype)
+        self.weight_bytes = self.model.weight_bytes()
+        if num_blocks is None:
+            budget = memory_budget_bytes or self.weight_bytes + default_kv_bytes
+            num_blocks = blocks_for_budget(config, block_size, dtype, budget, self.weight_bytes)
+        self.cache = KVCache(config, num_blocks, block_size, device, dtype)
+        self.group_size = config.num_heads // config.num_kv_heads
+
+    def run(self, items: list[ForwardItem]) -> tuple[torch.Tensor, list[int]]:
+        """One forward over all items. Returns ``logits [R, V]`` and, per item, the index of
+        its first logits row (its rows are consecutive, in position order)."""
+        bs = self.block_size
+        # Rows are laid out grouped by query length so each attention group is contiguous.
+        order = sorted(range(len(items)), key=lambda i: len(items[i].token_ids))
+        input_ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        row_of = [0] * len(items)
+        groups = []
+        pending: list[int] = []  # items of the group being collected
+
+        def close_group() -> None:
+            if pending:
+                nq = len(items[pending[0]].token_ids)
+                groups.append(
+                    plan_group(
+                        row_of[pending[0]],
+                        nq,
+                        [items[i].block_table for i in pending],
+                        [items[i].start + nq for i in pending],
+                        bs,
+                        self.group_size,
+                        self.device,
+                    )
+                )
+                pending.clear()
+
+        for i in order:
+            item = items[i]
+            n = len(item.token_ids)
+            if n == 0:
+                raise ValueError("a forward item needs at least one token")
+            if pending and len(items[pending[0]].token_ids) != n:
+                close_group()
+            row_of[i] = len(input_ids)
+            pending.append(i)
+            input_ids += item.token_ids
+            pos = range(item.start, item.start + n)
+            positions += pos
+            table = item.block_table
+            slots += [table[p // bs] * bs + p % bs for p in pos]
+        close_group()
+
+        logits_rows: list[int] = []
+        first_logit: list[int] = []
+        for i, item in enumerate(items):
+            first_logit.append(len(logits_rows))
+            end = row_of[i] + len(item.token_ids)
+            logits_rows += range(end - item.num_logits, end)
+        dev = self.device
+        logits = self.model.forward(
+            torch.tensor(input_ids, dtype=torch.long, device=dev),
+            torch.tensor(positions, dtype=torch.long, device=dev),
+            torch.tensor(slots, dtype=torch.long, device=dev),
+            self.cache.kv,
+            groups,
+            torch.tensor(logits_rows, dtype=torch.long, device=dev),
+        )
+        return logits, first_logit

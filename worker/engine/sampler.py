@@ -1,0 +1,70 @@
+"""Next-token choice: greedy (argmax), or temperature → top-k → top-p → a draw.
+
+Filtering is batched over rows; each draw uses its request's own ``torch.Generator``
+(seeded from ``params.seed``), so a seeded request gets the same tokens whatever else is in
+the batch. ``filtered_probs`` is also what speculative rejection sampling needs as the
+target distribution.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from shared.schemas import SamplingParams
+
+
+def new_generator(params: SamplingParams) -> torch.Generator:
+    gen = torch.Generator()
+    if params.seed is not None:
+        gen.manual_seed(params.seed)
+    else:
+        gen.seed()
+    return gen
+
+
+def filtered_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+    """``[N, V]`` fp32 probabilities after temperature, top-k and top-p (rows sampled)."""
+    x = logits.float()
+    temps = torch.tensor([p.temperature for p in params], device=x.device).unsqueeze(1)
+    x = x / temps
+    top_k = [p.top_k if 0 < p.top_k < x.shape[1] else 0 for p in params]
+    if any(top_k):
+        k_max = max(top_k)
+        kth = torch.topk(x, k_max, dim=1).values  # [N, k_max], descending
+        idx = torch.tensor([max(k, 1) - 1 for k in top_k], device=x.device).unsqueeze(1)
+        threshold = kth.gather(1, idx)
+        limited = torch.tensor([k > 0 for k in top_k], device=x.device).unsqueeze(1)
+        # Ties with the k-th value are kept, as transformers does.
+        x = x.masked_fill(limited & (x < threshold), float("-inf"))
+    probs = torch.softmax(x, dim=1)
+    top_p = [p.top_p for p in params]
+    if any(p < 1.0 for p in top_p):
+        sorted_p, order = torch.sort(probs, dim=1, descending=True)
+        mass_before = torch.cumsum(sorted_p, dim=1) - sorted_p
+        limit = torch.tensor(top_p, device=x.device).unsqueeze(1)
+        # Keep the smallest head of the ranking whose mass reaches top_p (at least one).
+        drop_sorted = mass_before >= limit
+        drop_sorted[:, 0] = False
+        drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
+        probs = probs.masked_fill(drop, 0.0)
+        probs = probs / probs.sum(dim=1, keepdim=True)
+    return probs
+
+
+def sample(
+    logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]
+) -> list[int]:
+    """One token per row of ``logits [N, V]``."""
+    out = [0] * len(params)
+    greedy = [i for i, p in enumerate(params) if p.greedy]
+    if greedy:
+        rows = logits if len(greedy) == len(params) else logits[greedy]
+        for i, tok in zip(greedy, rows.argmax(dim=1).tolist(), strict=True):
+            out[i] = tok
+    sampled = [i for i, p in enumerate(params) if not p.greedy]
+    if sampled:
+        # Draws happen on the CPU, where the requests' generators live.
+        probs = filtered_probs(logits[sampled], [params[i] for i in sampled]).cpu()
+        for row, i in enumerate(sampled):
+            out[i] = int(torch.multinomial(probs[row], 1, generator=generators[i]))
+    return out

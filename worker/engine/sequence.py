@@ -1,0 +1,98 @@
+"""One request's state inside the engine.
+
+``token_ids`` is prompt + output. ``num_computed`` counts the leading tokens whose keys and
+values are in the paged cache; the rest are fed to the next forward. A decoding sequence
+normally has exactly one uncomputed token (the last one sampled). Speculation appends draft
+tokens after it and, after verification, ``truncate`` drops the rejected ones.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from dataclasses import dataclass, field
+
+import torch
+
+from shared.schemas import SamplingParams
+from worker.engine.sampler import new_generator
+
+_order = itertools.count()
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Sequence:
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    priority: int = 0
+    arrival_time: float = 0.0
+    status: Status = Status.WAITING
+    token_ids: list[int] = field(default_factory=list)
+    num_computed: int = 0
+    num_cached_prompt: int = 0  # prompt tokens the prefix cache served at first admission
+    admitted: bool = False  # has been scheduled at least once
+    prefilling: bool = False  # (re)admitted and not sampled since: its prompt is being computed
+    cached_logits: torch.Tensor | None = None  # next-token logits of an exact prompt repeat
+    generator: torch.Generator | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+    num_reported: int = 0  # output tokens already handed to the caller
+    order: int = field(default_factory=lambda: next(_order))
+
+    def __post_init__(self) -> None:
+        if not self.token_ids:
+            self.token_ids = list(self.prompt_token_ids)
+        if not self.params.greedy:
+            self.generator = new_generator(self.params)
+
+    @property
+    def num_prompt(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_output(self) -> int:
+        return len(self.token_ids) - len(self.prompt_token_ids)
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt :]
+
+    @property
+    def num_uncomputed(self) -> int:
+        return len(self.token_ids) - self.num_computed
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is Status.FINISHED
+
+    def sort_key(self) -> tuple[int, float, int]:
+        """Scheduling order: lower priority value first, then arrival (FCFS)."""
+        return (self.priority, self.arrival_time, self.order)
+
+    def append(self, token_id: int) -> None:
+        self.token_ids.append(token_id)
+
+    def truncate(self, num_tokens: int) -> None:
+        """Keep the first ``num_tokens`` tokens (never fewer than the prompt)."""
+        if num_tokens < self.num_prompt:
+            raise ValueError("cannot truncate into the prompt")
+        del self.token_ids[num_tokens:]
+        self.num_computed = min(self.num_computed, num_tokens)
+
+    def reset_for_recompute(self) -> None:
+        """Preempted: its cache is gone, so everything is computed again on readmission."""
+        self.status = Status.WAITING
+        self.num_computed = 0
+        self.cached_logits = None
+
+    def finish(self, reason: str, error: str | None = None) -> None:
+        self.status = Status.FINISHED
+        self.finish_reason = reason
+        self.error = error
