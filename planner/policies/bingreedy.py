@@ -3,9 +3,10 @@
 Time counts the decoding steps observed in this bucket. Block j lasts H_j = 2^(j−1) steps and
 is cut into bins of max(1, ⌊√H_j⌋) steps. At each bin start a coin decides whether the bin
 explores (a uniformly random γ) or exploits (the argmin of the empirical loss plus the
-caller's switching penalty); the arm then stays fixed for the whole bin, which bounds how
-often γ can change. The coin's probability is 1/b (``inverse-bin``, b = the bin's index
-within its block, from 1) or the authors' fork 1/√b (``inverse-sqrt``).
+switching cost, see ``greedy``); the arm then stays fixed for the whole bin, which bounds how
+often γ can change. The coin's probability is 1/b with b the bucket's bin counter
+(``paper``), 1/√b with b the bin's index within its block (``fork``, the authors' code), or
+1/b with b the index within the block (``per-block``).
 
 Feedback is delayed, so a bin ends once ``length`` steps have *run with its arm* (steps of
 the previous arm still in flight do not count), or once ``length + slack`` steps that could
@@ -20,7 +21,7 @@ from typing import Any
 
 from planner.policies.signals import Draws
 
-EXPLORE_RULES = ("inverse-bin", "inverse-sqrt")
+EXPLORE_RULES = ("paper", "fork", "per-block")
 
 
 class BinGreedy:
@@ -34,12 +35,14 @@ class BinGreedy:
         self.slack = slack
         self.block = 1
         self.bin = 0  # index within the block, from 1 once the first bin starts
+        self.bins_total = 0  # bins started in this bucket, ever
         self.arm = 0
         self.explore = False
         self.matched = 0  # steps of this bin that ran with self.arm
         self.seen = 0  # steps of this bin that could have run it
         self.counts = [0] * n_arms
-        self.means = [0.0] * n_arms
+        self.seconds = [0.0] * n_arms  # per-sequence step time, summed
+        self.tokens = [0.0] * n_arms  # tokens per sequence, summed
 
     @property
     def block_steps(self) -> int:
@@ -53,10 +56,17 @@ class BinGreedy:
     def bins_per_block(self) -> int:
         return -(-self.block_steps // self.bin_length)
 
-    def record(self, arm: int, loss: float) -> None:
-        """One step's loss for the arm it actually ran with."""
+    def record(self, arm: int, seconds: float, tokens: float) -> None:
+        """One step that ran with ``arm``: its time and the tokens each sequence got."""
         self.counts[arm] += 1
-        self.means[arm] += (loss - self.means[arm]) / self.counts[arm]
+        self.seconds[arm] += seconds
+        self.tokens[arm] += tokens
+
+    @property
+    def means(self) -> list[float]:
+        """Empirical latency per token of each arm: Σ time / Σ tokens (a ratio of sums, since
+        the mean of per-step ratios overstates arms whose token count varies, by Jensen)."""
+        return [s / t if t > 0 else 0.0 for s, t in zip(self.seconds, self.tokens, strict=True)]
 
     def tick(self, ran: int, could_run: bool) -> bool:
         """Count one step of this bucket; True when the current bin is over."""
@@ -66,26 +76,42 @@ class BinGreedy:
             self.seen += 1
         return self.matched >= self.bin_length or self.seen >= self.bin_length + self.slack
 
-    def greedy(self, penalty: list[float]) -> int:
-        """Untried arms first (lowest γ), else argmin of mean loss + penalty."""
+    def greedy(self, switch_now: float = 0.0, switch_on: float = 0.0, switch_off: float = 0.0) -> int:
+        """Untried arms first (lowest γ), else the arm with the least expected loss per step.
+
+        Over the bin's n steps the switch term 1[γ_prev = 0 ∧ γ > 0]·C_switch/γ is paid at the
+        bin's start if speculation is off now (``switch_now`` = C_switch then, else 0), and at
+        every entry into this bucket from one running γ = 0 (``switch_on`` = such entries per
+        step × C_switch); running γ = 0 here makes the buckets that load moves on to pay it
+        (``switch_off`` = that cost per step). Per step: ℓ(0) + switch_off for γ = 0, and
+        ℓ(γ) + (switch_now/n + switch_on)/γ for γ > 0.
+        """
         for arm in range(self.n_arms):
             if self.counts[arm] == 0:
                 return arm
-        scores = [m + p for m, p in zip(self.means, penalty, strict=True)]
+        n = self.bin_length
+        extra = [switch_off] + [(switch_now / n + switch_on) / a for a in range(1, self.n_arms)]
+        scores = [m + e for m, e in zip(self.means, extra, strict=True)]
         return min(range(self.n_arms), key=lambda a: (scores[a], a))
 
-    def start_bin(self, draws: Draws, penalty: list[float]) -> int:
+    def start_bin(self, draws: Draws, switch: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> int:
         """Open the next bin (and block, when this one is used up); returns its arm."""
         self.bin += 1
         if self.bin > self.bins_per_block:
             self.block += 1
             self.bin = 1
-        p = 1.0 / self.bin if self.explore_rule == "inverse-bin" else 1.0 / math.sqrt(self.bin)
+        self.bins_total += 1
+        if self.explore_rule == "paper":
+            p = 1.0 / self.bins_total
+        elif self.explore_rule == "fork":
+            p = 1.0 / math.sqrt(self.bin)
+        else:
+            p = 1.0 / self.bin
         self.explore = draws.uniform() < p
         if self.explore:
             self.arm = min(int(draws.uniform() * self.n_arms), self.n_arms - 1)
         else:
-            self.arm = self.greedy(penalty)
+            self.arm = self.greedy(*switch)
         self.matched = 0
         self.seen = 0
         return self.arm
@@ -93,20 +119,24 @@ class BinGreedy:
     def best(self) -> int:
         """The arm with the lowest mean loss among those tried (0 if none)."""
         tried = [a for a in range(self.n_arms) if self.counts[a] > 0]
-        return min(tried, key=lambda a: (self.means[a], a)) if tried else 0
+        means = self.means
+        return min(tried, key=lambda a: (means[a], a)) if tried else 0
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "block": self.block, "bin": self.bin, "arm": self.arm, "explore": self.explore,
+            "block": self.block, "bin": self.bin, "bins_total": self.bins_total, "arm": self.arm,
+            "explore": self.explore,
             "matched": self.matched, "seen": self.seen,
-            "counts": list(self.counts), "means": list(self.means),
+            "counts": list(self.counts), "seconds": list(self.seconds), "tokens": list(self.tokens),
         }  # fmt: skip
 
     def load_state_dict(self, s: dict[str, Any]) -> None:
         if len(s["counts"]) != self.n_arms:
             raise ValueError(f"saved bandit has {len(s['counts'])} arms, this one {self.n_arms}")
         self.block, self.bin, self.arm = int(s["block"]), int(s["bin"]), int(s["arm"])
+        self.bins_total = int(s["bins_total"])
         self.explore = bool(s["explore"])
         self.matched, self.seen = int(s["matched"]), int(s["seen"])
         self.counts = [int(c) for c in s["counts"]]
-        self.means = [float(m) for m in s["means"]]
+        self.seconds = [float(x) for x in s["seconds"]]
+        self.tokens = [float(x) for x in s["tokens"]]

@@ -110,7 +110,7 @@ def str_param(default: str | None, doc: str, choices: Sequence[str] | None = Non
     return Param(default, doc, parse, type_name if default is not None else f"{type_name}|None")
 
 
-def int_list_param(default: list[int], doc: str, allow_names: Sequence[str] = ()) -> Param:
+def int_list_param(default: list[int] | str, doc: str, allow_names: Sequence[str] = ()) -> Param:
     """A strictly increasing list of positive ints, a "1,2,4" string, or one of ``allow_names``."""
 
     def parse(v: Any) -> list[int] | str:

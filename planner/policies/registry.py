@@ -15,6 +15,7 @@ from planner.policies.base import Policy
 # name -> "module:Class"; imported lazily so a broken optional policy cannot take down the rest.
 _POLICIES: dict[str, str] = {
     "static": "planner.policies.static:StaticPolicy",
+    "nightjar": "planner.policies.nightjar:NightjarPolicy",
 }
 
 

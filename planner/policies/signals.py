@@ -24,10 +24,18 @@ def switch_seconds(t: Telemetry) -> float:
     return sum(e.seconds for e in t.switch_costs)
 
 
+def busy_time(t: Telemetry) -> float:
+    """Step time without the catch-up."""
+    return max(t.step_time - switch_seconds(t), 1e-9)
+
+
+def tokens_per_sequence(t: Telemetry) -> float:
+    return t.num_tokens / t.batch_size
+
+
 def latency_per_token(t: Telemetry) -> float:
     """Seconds per generated token per sequence, catch-up excluded."""
-    busy = max(t.step_time - switch_seconds(t), 1e-9)
-    return busy * t.batch_size / t.num_tokens
+    return busy_time(t) / tokens_per_sequence(t)
 
 
 def goodput(t: Telemetry) -> float:

@@ -60,6 +60,7 @@ class Runner:
         self.trace = Trace()
         self.steps = 0
         self.last_gamma = 0
+        self.oracle_skipped = 0
 
     def run(self, steps: int) -> Trace:
         for _ in range(steps):
@@ -92,11 +93,20 @@ class Runner:
         drafter = t.drafter or self.choice.drafter or sc.default_drafter
         best = sc.optimal_gamma(t.batch_size, self.gamma_max, drafter, domain)
         tr.optimal.append(best)
+        oracle_catch = 0.0
+        if best > 0 and self.oracle_skipped > 0:
+            tokens = min(self.oracle_skipped, sc.max_context)
+            oracle_catch = sc.switch_scale * tokens * sc.curves.draft(t.batch_size)
+        self.oracle_skipped = 0 if best > 0 else self.oracle_skipped + 1
+        catch = sum(e.seconds for e in t.switch_costs)
+        alpha = sc.alpha(drafter, domain)
         tr.regret.append(
             sc.expected_latency(t.batch_size, t.gamma, drafter, domain)
+            + catch / sc.expected_tokens(alpha, t.gamma)
             - sc.expected_latency(t.batch_size, best, drafter, domain)
+            - oracle_catch / sc.expected_tokens(alpha, best)
         )
         if t.gamma > 0 and self.last_gamma == 0:
             tr.switches_on += 1
-        tr.switch_seconds += sum(e.seconds for e in t.switch_costs)
+        tr.switch_seconds += catch
         self.last_gamma = t.gamma

@@ -40,6 +40,7 @@ class Scenario:
     max_context: int = 256  # a catch-up never exceeds the context the sequences hold
     idle_step_s: float = 0.01  # virtual time of a heartbeat
     gamma_cap: int = 16  # the largest γ the worker will run
+    _latency: dict[tuple[int, int, str, str], float] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.phases:
@@ -75,7 +76,11 @@ class Scenario:
 
     def expected_latency(self, batch: int, gamma: int, drafter: str, domain: str) -> float:
         """Expected seconds per token per sequence (catch-up excluded): the bandit's ℓ."""
-        return self.curves.step(batch, gamma) / self.expected_tokens(self.alpha(drafter, domain), gamma)
+        key = (batch, gamma, drafter, domain)
+        if key not in self._latency:
+            alpha = self.alpha(drafter, domain)
+            self._latency[key] = self.curves.step(batch, gamma) / self.expected_tokens(alpha, gamma)
+        return self._latency[key]
 
     def optimal_gamma(self, batch: int, gamma_max: int, drafter: str, domain: str) -> int:
         return min(range(gamma_max + 1), key=lambda g: self.expected_latency(batch, g, drafter, domain))
