@@ -1,0 +1,84 @@
+"""Gateway tests: the app over httpx's ASGI transport on the embedded Redis, and a scripted
+stand-in for the worker side that answers jobs with fixed events."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import anyio
+import httpx
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.app import create_app
+from gateway.settings import GatewaySettings
+from shared import codec, jobs, keys
+from shared.connection import connect, reset_fake_server
+from shared.schemas import FinishEvent, JobEvent, JobRequest, StartEvent, TokenEvent
+from shared.streams import ensure_group, entries
+
+Script = Callable[[JobRequest], list[JobEvent]]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def r() -> AsyncIterator[aioredis.Redis]:
+    reset_fake_server()
+    client = connect("memory://")
+    yield client
+    await client.aclose()
+
+
+@asynccontextmanager
+async def gateway(r: aioredis.Redis, **settings: object) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(GatewaySettings(**settings), redis=r)  # type: ignore[arg-type]
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+        yield client
+
+
+def hello(job: JobRequest) -> list[JobEvent]:
+    """Answers every job with "Hello" in two token events."""
+    return [
+        StartEvent(job_id=job.job_id, worker_id="fake", prompt_tokens=3),
+        TokenEvent(job_id=job.job_id, index=0, token_ids=[7], text="Hel"),
+        TokenEvent(job_id=job.job_id, index=1, token_ids=[8], text="lo"),
+        FinishEvent(
+            job_id=job.job_id,
+            finish_reason="length",
+            text="Hello",
+            token_ids=[7, 8],
+            prompt_tokens=3,
+            completion_tokens=2,
+        ),
+    ]
+
+
+@asynccontextmanager
+async def scripted_worker(r: aioredis.Redis, script: Script = hello) -> AsyncIterator[list[JobRequest]]:
+    """Consume the job stream like a worker would, answering with ``script``; yields the jobs seen."""
+    seen: list[JobRequest] = []
+    await ensure_group(r, keys.JOBS_STREAM, keys.JOBS_GROUP)
+
+    async def serve() -> None:
+        while True:
+            resp = await r.xreadgroup(keys.JOBS_GROUP, "fake", {keys.JOBS_STREAM: ">"}, count=10, block=50)
+            for entry_id, fields in entries(resp):
+                job = codec.decode_as(fields[codec.FIELD], JobRequest)
+                seen.append(job)
+                *events, final = script(job)
+                async with r.pipeline(transaction=False) as pipe:
+                    jobs.add_events(pipe, job.job_id, events)
+                    jobs.add_result(pipe, final)  # type: ignore[arg-type]
+                    pipe.xack(keys.JOBS_STREAM, keys.JOBS_GROUP, entry_id)
+                    await pipe.execute()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(serve)
+        yield seen
+        tg.cancel_scope.cancel()
