@@ -16,6 +16,11 @@ from planner.policies.base import Policy
 _POLICIES: dict[str, str] = {
     "static": "planner.policies.static:StaticPolicy",
     "nightjar": "planner.policies.nightjar:NightjarPolicy",
+    "hedge": "planner.policies.hedge:HedgePolicy",
+    "threshold": "planner.policies.threshold:ThresholdPolicy",
+    "ucb": "planner.policies.ucb:UCBPolicy",
+    "exp3": "planner.policies.exp3:Exp3Policy",
+    "cost-model": "planner.policies.cost_model:CostModelPolicy",
 }
 
 

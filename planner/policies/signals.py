@@ -44,8 +44,23 @@ def goodput(t: Telemetry) -> float:
 
 
 def acceptance(t: Telemetry) -> float | None:
-    """Accepted / proposed draft tokens of the step, None when nothing was proposed."""
-    return t.accepted / t.proposed if t.proposed > 0 else None
+    """Per-token acceptance α of the step, None when nothing was proposed.
+
+    accepted/proposed understates α: a sequence stops at its first rejection, so the drafts
+    after it are never judged. With i.i.d. acceptance each sequence accepts on average
+    α(1 − α^γ)/(1 − α) drafts; α is the root of that equal to accepted/batch (bisection).
+    """
+    if t.proposed <= 0 or t.batch_size <= 0 or t.gamma <= 0:
+        return None
+    mean = min(t.accepted / t.batch_size, float(t.gamma))
+    if mean >= t.gamma:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(40):
+        a = 0.5 * (lo + hi)
+        expected = a * (1.0 - a**t.gamma) / (1.0 - a)
+        lo, hi = (a, hi) if expected < mean else (lo, a)
+    return 0.5 * (lo + hi)
 
 
 class Draws:
