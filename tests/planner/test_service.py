@@ -1,0 +1,147 @@
+"""The planner service on the embedded Redis: decisions, live swaps, restarts."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import msgpack
+import pytest
+import redis.asyncio as aioredis
+
+from planner.policies import registry
+from planner.policies.base import Choice, Policy
+from planner.service import PlannerService
+from planner.settings import PlannerSettings
+from shared import codec, keys
+from shared.connection import connect, reset_fake_server
+from shared.schemas import Decision, PolicyCommand, Telemetry
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def r() -> AsyncIterator[aioredis.Redis]:
+    reset_fake_server()
+    client = connect("memory://")
+    yield client
+    await client.aclose()
+
+
+class Counting(Policy):
+    """Test policy: γ = number of telemetry messages observed (its learned state)."""
+
+    name = "counting"
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self.seen = 0
+
+    def observe(self, t: Telemetry) -> None:
+        self.seen += 1
+
+    def decide(self, now: float) -> Choice:
+        return Choice(gamma_table=[(1 << 30, self.seen)], note=f"seen {self.seen}")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"seen": self.seen}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.seen = int(state["seen"])
+
+
+def factory(name: str, **params: Any) -> Policy:
+    return Counting(**params) if name == "counting" else registry.create(name, **params)
+
+
+def _planner(r: aioredis.Redis, **kw: Any) -> PlannerService:
+    return PlannerService(PlannerSettings(**kw), redis=r, factory=factory)
+
+
+async def _latest(r: aioredis.Redis) -> Decision:
+    return codec.decode_as(await r.get(keys.DECISION_LATEST), Decision)
+
+
+async def _stream(r: aioredis.Redis) -> list[Decision]:
+    return [codec.decode_as(f[codec.FIELD], Decision) for _, f in await r.xrange(keys.DECISIONS_STREAM)]
+
+
+async def _command(r: aioredis.Redis, policy: str, **params: Any) -> None:
+    await r.xadd(keys.PLANNER_CONTROL_STREAM, codec.entry(PolicyCommand(policy=policy, params=params)))
+
+
+async def test_start_publishes_a_versioned_decision(r: aioredis.Redis) -> None:
+    p = _planner(r, params={"gamma": 2}, valid_for_s=30)
+    d = await p.start()
+    assert d.version == 1 and d.policy == "static" and d.gamma_for(1) == 2 and d.valid_for_s == 30
+    assert await _latest(r) == d and await _stream(r) == [d]
+    assert await r.get(keys.DECISION_VERSION) == b"1"
+
+
+async def test_unchanged_decision_is_republished_only_when_aging(r: aioredis.Redis) -> None:
+    p = _planner(r, republish_s=10)
+    await p.start()
+    assert await p.decide() is None  # same choice, still fresh
+    assert p.publisher.last is not None
+    p.publisher.last = p.publisher.last.model_copy(update={"created_at": time.time() - 11})
+    again = await p.decide()
+    assert again is not None and again.version == 2 and (await _latest(r)).version == 2
+
+
+async def test_policy_swaps_live_and_bad_commands_keep_the_old_policy(r: aioredis.Redis) -> None:
+    p = _planner(r)
+    await p.start()
+    await _command(r, "static", gamma="3")
+    await _command(r, "nope")
+    await _command(r, "static", gamma="many")
+    await r.xadd(keys.PLANNER_CONTROL_STREAM, {b"m": b"junk"})
+    assert await p.read_control(block_ms=None) == 4
+    swapped, unknown, bad, junk = (await _stream(r))[1:]
+    assert swapped.gamma_for(1) == 3 and "static -> static" in swapped.note
+    assert unknown.note.startswith("error: cannot use policy 'nope'") and unknown.gamma_for(1) == 3
+    assert bad.note.startswith("error: cannot use policy 'static'") and bad.gamma_for(1) == 3
+    assert junk.note.startswith("error: malformed policy command")
+    assert [d.version for d in (swapped, unknown, bad, junk)] == [2, 3, 4, 5]
+    active = codec.decode_as(await r.get(keys.PLANNER_ACTIVE), PolicyCommand)
+    assert active.policy == "static" and active.params == {"gamma": "3"}
+    pending = await r.xpending(keys.PLANNER_CONTROL_STREAM, keys.PLANNER_CONTROL_GROUP)
+    assert pending["pending"] == 0
+
+
+async def test_telemetry_feeds_the_policy_and_state_survives_a_restart(r: aioredis.Redis) -> None:
+    p = _planner(r)
+    await p.start()
+    await _command(r, "counting")
+    await p.read_control(block_ms=None)
+    for i in range(3):
+        await r.xadd(keys.TELEMETRY_STREAM, codec.entry(Telemetry(worker_id="w", step=i)))
+    await r.xadd(keys.TELEMETRY_STREAM, {b"m": b"junk"})
+    assert await p.read_telemetry(block_ms=None) == 4
+    assert p.observed == 3 and (await _latest(r)).gamma_for(1) == 3  # decided after the batch
+    await p.slot.save_state()
+    assert msgpack.unpackb(await r.hget(keys.PLANNER_STATE, "counting")) == {"seen": 3}
+    # A restarted planner runs the chosen policy again, from its saved state, versions going on.
+    again = _planner(r)
+    d = await again.start()
+    assert d.policy == "counting" and d.gamma_for(1) == 3 and d.version == 4
+
+
+async def test_run_applies_a_swap_sent_while_it_serves(r: aioredis.Redis) -> None:
+    p = _planner(r, block_ms=50, decide_s=0.05)
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(p.run)
+            while await r.get(keys.DECISION_LATEST) is None:
+                await anyio.sleep(0.01)
+            await _command(r, "static", gamma="5")
+            while (await _latest(r)).gamma_for(1) != 5:
+                await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+    assert await r.hget(keys.PLANNER_STATE, "static") is not None  # saved on the way out
