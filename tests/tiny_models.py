@@ -69,9 +69,13 @@ def build_llama(
     return path
 
 
-def reference_greedy(model_dir: Path, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+def reference_greedy(
+    model_dir: Path, prompt_ids: list[int], max_new_tokens: int, ignore_eos: bool = False
+) -> list[int]:
     """transformers' own greedy ``generate`` on the saved model: the exactness oracle."""
     model = LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    if ignore_eos:
+        model.generation_config.eos_token_id = None
     with torch.inference_mode():
         out = model.generate(
             torch.tensor([prompt_ids]),

@@ -1,0 +1,125 @@
+"""`nightjar up` in-process: gateway (real uvicorn), worker and planner on memory://."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.app import create_app
+from gateway.settings import GatewaySettings
+from nightjar.runner import http_server, run_services
+from planner.service import PlannerService
+from planner.settings import PlannerSettings
+from shared import codec, keys
+from shared.connection import connect, reset_fake_server
+from shared.schemas import Decision, Telemetry
+from tests.e2e.conftest import free_port, poll
+from tests.tiny_models import reference_greedy
+from worker.service import WorkerService
+from worker.settings import WorkerSettings
+
+pytestmark = pytest.mark.anyio
+
+PROMPTS = ["The quick brown", "Once upon a time", "Héllo 東京", "Redis streams", "Speculative", "fox"]
+
+
+async def _exercise(gw: httpx.AsyncClient, r: aioredis.Redis, model_dir: Path) -> None:
+    await poll(lambda: _health_workers(gw), 30, "the worker to register")
+    models = (await gw.get("/v1/models")).json()["data"]
+    assert [m["id"] for m in models] == [model_dir.name]
+
+    # Concurrent greedy completions, streamed and not, equal transformers' own generate.
+    async def complete(i: int) -> None:
+        body = {"prompt": PROMPTS[i], "max_tokens": 6 + i, "temperature": 0, "stream": i % 2 == 1}
+        resp = await gw.post("/v1/completions", json=body)
+        assert resp.status_code == 200
+        if body["stream"]:
+            chunks = [json.loads(x[6:]) for x in resp.text.split("\n") if x.startswith("data: {")]
+            text = "".join(c["choices"][0]["text"] for c in chunks)
+        else:
+            text = resp.json()["choices"][0]["text"]
+        tok = _tokenizer(model_dir)
+        expected = reference_greedy(model_dir, tok(PROMPTS[i])["input_ids"], 6 + i)
+        assert text == tok.decode(expected, skip_special_tokens=True)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(len(PROMPTS)):
+            tg.start_soon(complete, i)
+
+    chat = await gw.post(
+        "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    )
+    assert chat.status_code == 200 and chat.json()["usage"]["completion_tokens"] == 3
+
+    # Cancel a long job mid-stream.
+    job_id = (
+        await gw.post("/v1/jobs", json={"prompt": "x", "params": {"max_tokens": 3000, "ignore_eos": True}})
+    ).json()["id"]
+    kinds: list[str] = []
+    async with gw.stream("GET", f"/v1/jobs/{job_id}/events") as events:
+        async for line in events.aiter_lines():
+            if line.startswith("event: "):
+                kinds.append(line[7:])
+                if kinds.count("token") == 2:
+                    assert (await gw.delete(f"/v1/jobs/{job_id}")).status_code == 202
+    info = (await gw.get(f"/v1/jobs/{job_id}")).json()
+    assert kinds[0] == "start" and kinds[-1] == "finish" and info["status"] == "cancelled"
+    assert 2 <= info["result"]["completion_tokens"] < 3000
+
+    # Swap the planner's policy through the admin route; the worker applies it live.
+    resp = await gw.post(
+        "/admin/policy",
+        json={"policy": "static", "params": {"gamma": 2}},
+        headers={"Authorization": "Bearer t"},
+    )
+    assert resp.status_code == 202
+
+    async def swapped() -> Decision | None:
+        d = codec.decode_as(await r.get(keys.DECISION_LATEST), Decision)
+        acked = await r.hget(keys.DECISION_ACKS, "embedded")
+        return d if d.gamma_for(1) == 2 and acked == str(d.version).encode() else None
+
+    decision = await poll(swapped, 30, "the worker to apply the new decision")
+    assert isinstance(decision, Decision) and "by admin api" in decision.note
+    await gw.post("/v1/completions", json={"prompt": "a", "max_tokens": 2})
+    last = codec.from_entry((await r.xrevrange(keys.TELEMETRY_STREAM, count=1))[0][1])
+    assert isinstance(last, Telemetry) and last.decision_version == decision.version and not last.fallback
+
+
+async def _health_workers(gw: httpx.AsyncClient) -> bool:
+    return bool((await gw.get("/health")).json().get("workers"))
+
+
+def _tokenizer(model_dir: Path):  # type: ignore[no-untyped-def]
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
+async def test_up_serves_cancels_and_swaps_policies(model_dir: Path) -> None:
+    reset_fake_server()
+    port = free_port()
+    worker = WorkerService(WorkerSettings(model_dir=str(model_dir), worker_id="embedded", block_ms=200))
+    planner = PlannerService(PlannerSettings(block_ms=200))
+    server = http_server(create_app(GatewaySettings(admin_token="t")), "127.0.0.1", port, "warning")
+    r = connect("memory://")
+    with anyio.fail_after(120):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_services, [worker.run, planner.run], server)
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as gw:
+                await poll(lambda: _up(gw), 30, "the gateway to listen")
+                await _exercise(gw, r, model_dir)
+            server.should_exit = True
+    assert worker.jobs_ended >= len(PROMPTS) + 3
+
+
+async def _up(gw: httpx.AsyncClient) -> bool:
+    try:
+        return (await gw.get("/health")).status_code == 200
+    except httpx.TransportError:
+        return False
