@@ -1,0 +1,99 @@
+"""``nightjar bench`` / ``python -m benchmarks.load``: the dynamic-load benchmark.
+
+    nightjar bench WORKLOAD [--phases low:0.5:60,high:6:120,low:0.5:60] [--config NAME=POLICY:k=v ...]
+
+Bad input gives one line on stderr and exit code 2; a run that completes exits 0 whatever
+the verdict (the verdict is a finding, printed and written to the report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.load.configs import DEFAULT_CONFIGS
+from benchmarks.load.verdict import TOLERANCE
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_MODEL = REPO / "models" / "nj-target"
+DEFAULT_PHASES = "low:0.5:60,high:6:120,low:0.5:60"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="nightjar bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("workload", help="Spec-Bench/ShareGPT/Alpaca JSON(L) or JSONL of {prompt}")
+    p.add_argument("--model", default=os.environ.get("NIGHTJAR_MODEL", str(DEFAULT_MODEL)), help="model dir")
+    p.add_argument("--phases", default=DEFAULT_PHASES, help="name:rate_req_per_s:duration_s,...")
+    p.add_argument("--seed", type=int, default=0, help="arrivals, prompt order and sampling seeds")
+    p.add_argument("--config", action="append", metavar="NAME=POLICY[:k=v,...]",
+                   help=f"a configuration (repeat); default: {'; '.join(DEFAULT_CONFIGS)}")  # fmt: skip
+    p.add_argument("--lengths", choices=("fixed", "workload"), default="fixed",
+                   help="output lengths: --max-tokens for all, or each item's reference length")  # fmt: skip
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--min-tokens", type=int, default=8, help="floor of workload lengths")
+    p.add_argument("--max-prompt-tokens", type=int, default=512, help="skip longer prompts (0: keep all)")
+    p.add_argument("--endpoint", choices=("chat", "completions"), default="chat")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--warmup", type=int, default=4, help="warm-up requests per configuration")
+    p.add_argument("--warmup-tokens", type=int, default=8)
+    p.add_argument("--max-jobs", type=int, default=16, help="worker: jobs held at once")
+    p.add_argument("--engine-opt", action="append", metavar="KEY=VALUE", help="engine option (repeat)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads")
+    p.add_argument("--drain-timeout", type=float, default=300.0, help="seconds after the last arrival")
+    p.add_argument("--bin", type=float, default=1.0, help="timeline bin, seconds")
+    p.add_argument("--target", default="nightjar", help="the configuration the claim is about")
+    p.add_argument("--tolerance", type=float, default=TOLERANCE)
+    p.add_argument("--out", default=None, help="output folder (default runs/bench-TIMESTAMP)")
+    p.add_argument("--hf-baseline", action=argparse.BooleanOptionalAction, default=True,
+                   help="run the transformers generate baseline on the same prompts")  # fmt: skip
+    p.add_argument("--hf-batch-size", type=int, default=8)
+    p.add_argument("--hf-requests", type=int, default=32, help="prompts for the static-batch baseline")
+    p.add_argument("--hf-assisted", type=int, default=8, help="prompts for assisted generation (batch 1)")
+    p.add_argument("--drafter", default=None, help="drafter model dir for assisted generation")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--log-level", default="warning")
+    return p
+
+
+def engine_options(items: list[str] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--engine-opt takes key=value, got {item!r}")
+        try:
+            out[key.strip()] = json.loads(value)
+        except ValueError:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=str(args.log_level).upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    from benchmarks.load.session import BenchError, run
+
+    out = Path(args.out) if args.out else REPO / "runs" / time.strftime("bench-%Y%m%d-%H%M%S")
+    try:
+        result, outputs = run(args, out, "nightjar bench " + shlex.join(argv))
+    except (BenchError, ValueError) as exc:
+        print(f"nightjar bench: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    v = result.verdict
+    answer = "cannot be tested" if v.missing else ("holds" if v.holds else "does not hold")
+    print(f"verdict: the claim {answer}")
+    for path in (outputs.markdown, outputs.json, outputs.timeline_png, outputs.cdf_png):
+        print(f"wrote {path}")
+    return 0

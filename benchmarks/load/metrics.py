@@ -1,0 +1,149 @@
+"""Per-phase numbers of one configuration, from request records and telemetry.
+
+Throughput is counted where tokens reach the client: each request's tokens (from its usage
+chunk) are spread evenly over its text chunks, and a window counts the chunks that arrived
+inside it. The whole run divides every token by the makespan (from the start of the first
+phase to the last [DONE]); tokens streamed after the last phase (the drain) count only there.
+Latencies of a phase are those of the requests that arrived in it. Acceptance, γ, drafter,
+offload and KV usage come from the telemetry steps inside the window.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from benchmarks.load.client import RequestRecord
+from benchmarks.load.phases import Window
+from shared.schemas import Telemetry
+
+WHOLE_RUN = "all"
+
+
+@dataclass
+class Dist:
+    n: int = 0
+    p50: float | None = None
+    p99: float | None = None
+    mean: float | None = None
+
+
+def dist(values: list[float]) -> Dist:
+    if not values:
+        return Dist()
+    a = np.asarray(values, dtype=float)
+    return Dist(len(values), float(np.percentile(a, 50)), float(np.percentile(a, 99)), float(a.mean()))
+
+
+@dataclass
+class PhaseStats:
+    label: str
+    start_s: float
+    end_s: float
+    requests: int = 0
+    completed: int = 0
+    errors: int = 0
+    output_tokens: float = 0.0
+    tok_s: float = 0.0  # client-side output tokens per second
+    server_tok_s: float | None = None  # from telemetry num_tokens
+    ttft: Dist = field(default_factory=Dist)
+    tpot: Dist = field(default_factory=Dist)
+    e2e: Dist = field(default_factory=Dist)
+    proposed: int = 0
+    accepted: int = 0
+    acceptance: float | None = None
+    mean_gamma: float | None = None
+    gamma_share: dict[int, float] = field(default_factory=dict)  # γ -> share of decode steps
+    drafter_share: dict[str, float] = field(default_factory=dict)  # drafter -> share of speculative steps
+    offloaded_share: float | None = None  # share of steps with the draft not resident
+    kv_mean: float | None = None
+    kv_max: float | None = None
+    mean_batch: float | None = None
+
+
+def tokens_in(records: list[RequestRecord], start: float, end: float) -> float:
+    """Tokens streamed to clients in [start, end)."""
+    total = 0.0
+    for r in records:
+        if r.ok and r.chunk_s and r.completion_tokens:
+            per_chunk = r.completion_tokens / len(r.chunk_s)
+            total += per_chunk * sum(start <= t < end for t in r.chunk_s)
+    return total
+
+
+def makespan(records: list[RequestRecord]) -> float:
+    ends = [r.end_s for r in records if r.end_s is not None]
+    return max(ends) if ends else 0.0
+
+
+def is_step(t: Telemetry) -> bool:
+    return t.batch_size > 0 or t.prefill_tokens > 0 or t.num_tokens > 0
+
+
+def steps_in(telemetry: list[Telemetry], t0_wall: float, start: float, end: float) -> list[Telemetry]:
+    return [t for t in telemetry if is_step(t) and start <= t.ts - t0_wall < end]
+
+
+def _shares(keys: list[str]) -> dict[str, float]:
+    return {k: v / len(keys) for k, v in sorted(Counter(keys).items())} if keys else {}
+
+
+def add_telemetry(ps: PhaseStats, steps: list[Telemetry]) -> None:
+    """Fill the engine-side fields of ``ps`` from the telemetry steps of its window."""
+    span = ps.end_s - ps.start_s
+    ps.server_tok_s = sum(t.num_tokens for t in steps) / span if steps and span > 0 else None
+    ps.proposed = sum(t.proposed for t in steps)
+    ps.accepted = sum(t.accepted for t in steps)
+    ps.acceptance = ps.accepted / ps.proposed if ps.proposed else None
+    decode = [t for t in steps if t.batch_size > 0]
+    if decode:
+        ps.mean_gamma = sum(t.gamma for t in decode) / len(decode)
+        ps.mean_batch = sum(t.batch_size for t in decode) / len(decode)
+        ps.gamma_share = {int(k): v for k, v in _shares([str(t.gamma) for t in decode]).items()}
+        ps.drafter_share = _shares([t.drafter or "default" for t in decode if t.gamma > 0])
+    if steps:
+        ps.offloaded_share = sum(not t.draft_resident for t in steps) / len(steps)
+    kv = [1.0 - t.free_blocks / t.total_blocks for t in steps if t.total_blocks > 0]
+    if kv:
+        ps.kv_mean, ps.kv_max = float(np.mean(kv)), float(max(kv))
+
+
+def phase_stats(
+    label: str,
+    start: float,
+    end: float,
+    arrived: list[RequestRecord],
+    all_records: list[RequestRecord],
+    telemetry: list[Telemetry],
+    t0_wall: float,
+) -> PhaseStats:
+    """The window [start, end): latencies of the requests that ``arrived`` in it, tokens
+    streamed inside it by any request, telemetry steps inside it."""
+    ps = PhaseStats(label, start, end)
+    ps.requests = len(arrived)
+    ps.completed = sum(r.ok for r in arrived)
+    ps.errors = ps.requests - ps.completed
+    ok = [r for r in arrived if r.ok]
+    ps.ttft = dist([v for r in ok if (v := r.ttft) is not None])
+    ps.tpot = dist([v for r in ok if (v := r.tpot) is not None])
+    ps.e2e = dist([v for r in ok if (v := r.e2e) is not None])
+    ps.output_tokens = tokens_in(all_records, start, end)
+    ps.tok_s = ps.output_tokens / (end - start) if end > start else 0.0
+    add_telemetry(ps, steps_in(telemetry, t0_wall, start, end))
+    return ps
+
+
+def config_stats(
+    records: list[RequestRecord], telemetry: list[Telemetry], t0_wall: float, ws: list[Window]
+) -> list[PhaseStats]:
+    """One PhaseStats per window, then the whole run (label ``all``: to the last [DONE])."""
+    out = [
+        phase_stats(w.label, w.start_s, w.end_s, [r for r in records if r.window == w.index],
+                    records, telemetry, t0_wall)
+        for w in ws
+    ]  # fmt: skip
+    end = makespan(records) or (ws[-1].end_s if ws else 0.0)
+    out.append(phase_stats(WHOLE_RUN, 0.0, end, records, records, telemetry, t0_wall))
+    return out

@@ -1,0 +1,76 @@
+"""PNG plots (matplotlib, Agg): γ and throughput over time per configuration, and latency CDFs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display: file output only; set before pyplot is imported
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from benchmarks.load.phases import Window
+from benchmarks.load.results import ConfigRun
+
+
+def _shade_phases(ax: plt.Axes, ws: list[Window]) -> None:
+    for w in ws:
+        if w.index % 2:
+            ax.axvspan(w.start_s, w.end_s, color="0.92", zorder=0)
+        ax.text((w.start_s + w.end_s) / 2, 1.0, w.phase.name, transform=ax.get_xaxis_transform(),
+                ha="center", va="bottom", fontsize=7, color="0.35")  # fmt: skip
+
+
+def plot_timelines(runs: list[ConfigRun], ws: list[Window], path: Path) -> Path:
+    """One panel per configuration: client tokens/s (left axis), mean γ and offload (right)."""
+    fig, axes = plt.subplots(len(runs), 1, figsize=(10, 2.2 * len(runs) + 0.6), sharex=True, squeeze=False)
+    for ax, run in zip(axes[:, 0], runs, strict=True):
+        tl = run.timeline
+        _shade_phases(ax, ws)
+        ax.plot(tl.t, tl.tok_s, color="tab:blue", lw=1.2, label="tokens/s (client)")
+        ax.set_ylabel("tok/s", color="tab:blue")
+        ax.set_title(run.config.spec(), fontsize=8, loc="left")
+        ax2 = ax.twinx()
+        gamma = [np.nan if g is None else g for g in tl.gamma]
+        ax2.step(tl.t, gamma, where="mid", color="tab:orange", lw=1.0, label="mean γ")
+        for e in tl.offload_events:
+            if e["source"] == "worker":
+                ax2.axvline(e["t"], color="tab:red" if e["offload"] else "tab:green", ls=":", lw=0.8)
+        ax2.set_ylabel("γ", color="tab:orange")
+        ax2.set_ylim(bottom=-0.2, top=max([1.0, *[g for g in tl.gamma if g is not None]]) + 0.5)
+    axes[-1, 0].set_xlabel("seconds since the first phase began")
+    fig.suptitle("Throughput and γ over time (dotted: draft offloaded red / reloaded green)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _cdf(ax: plt.Axes, values: list[float], label: str) -> None:
+    if values:
+        xs = np.sort(np.asarray(values))
+        ax.plot(xs, np.arange(1, len(xs) + 1) / len(xs), lw=1.2, label=label)
+
+
+def plot_cdfs(runs: list[ConfigRun], path: Path) -> Path:
+    """TTFT, TPOT and end-to-end latency CDFs, one line per configuration."""
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    for run in runs:
+        ok = [r for r in run.records if r.ok]
+        _cdf(axes[0], [v * 1e3 for r in ok if (v := r.ttft) is not None], run.config.name)
+        _cdf(axes[1], [v * 1e3 for r in ok if (v := r.tpot) is not None], run.config.name)
+        _cdf(axes[2], [v for r in ok if (v := r.e2e) is not None], run.config.name)
+    for ax, title in zip(axes, ("TTFT (ms)", "TPOT (ms)", "end-to-end latency (s)"), strict=True):
+        ax.set_title(title, fontsize=9)
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+        if ax.get_lines():
+            ax.set_xscale("log")
+    axes[0].set_ylabel("fraction of requests")
+    axes[2].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,109 @@
+"""The markdown report: how the run was made, one table of every configuration and phase
+(with the transformers baseline as rows), the claim's verdict, and what was skipped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks.load.metrics import WHOLE_RUN, Dist, PhaseStats
+from benchmarks.load.results import BaselineRow, BenchResult
+from benchmarks.load.verdict import verdict_markdown
+
+HEADER = (
+    "| config | phase | requests ok/sent | out tok/s | TTFT p50 / p99 ms | TPOT p50 / p99 ms "
+    "| E2E p50 / p99 s | acceptance | mean γ | γ mix | drafters | offloaded | KV max |"
+)
+RULE = "|" + "---|" * 13
+
+
+def _ms(d: Dist) -> str:
+    return "–" if d.p50 is None or d.p99 is None else f"{d.p50 * 1e3:.0f} / {d.p99 * 1e3:.0f}"
+
+
+def _s(d: Dist) -> str:
+    return "–" if d.p50 is None or d.p99 is None else f"{d.p50:.2f} / {d.p99:.2f}"
+
+
+def _opt(x: float | None, fmt: str) -> str:
+    return "–" if x is None else format(x, fmt)
+
+
+def _mix(shares: dict[int, float] | dict[str, float]) -> str:
+    return " ".join(f"{k}:{v:.0%}" for k, v in shares.items()) or "–"
+
+
+def stats_row(config: str, p: PhaseStats) -> str:
+    return (
+        f"| {config} | {p.label} | {p.completed}/{p.requests} | {p.tok_s:.1f} "
+        f"| {_ms(p.ttft)} | {_ms(p.tpot)} | {_s(p.e2e)} | {_opt(p.acceptance, '.2f')} "
+        f"| {_opt(p.mean_gamma, '.2f')} | {_mix(p.gamma_share)} "
+        f"| {_mix(p.drafter_share)} | {_opt(p.offloaded_share, '.0%')} | {_opt(p.kv_max, '.0%')} |"
+    )
+
+
+def baseline_row(b: BaselineRow) -> str:
+    e2e = "–" if b.e2e_p50 is None or b.e2e_p99 is None else f"{b.e2e_p50:.2f} / {b.e2e_p99:.2f}"
+    return (
+        f"| {b.name} | offline | {b.requests}/{b.requests} | {b.tok_s:.1f} | – | – | {e2e} "
+        "| – | – | – | – | – | – |"
+    )
+
+
+def render(result: BenchResult) -> str:
+    m = result.meta
+    lines = [
+        "# Nightjar under dynamic load",
+        "",
+        f"- command: `{m.get('command', '')}`",
+        f"- machine: {m.get('machine', '')}",
+        f"- model: `{m.get('model', '')}`; engine options: {m.get('engine', {}) or 'defaults'}",
+        f"- workload: `{m.get('workload', '')}` ({m.get('workload_format', '')}, "
+        f"{m.get('prompts', 0)} usable prompts); endpoint {m.get('endpoint', '')}; "
+        f"output lengths {m.get('lengths', '')}; ignore_eos",
+        f"- phases: {m.get('phases', '')} (Poisson arrivals, seed {m.get('seed')}); "
+        f"{m.get('requests', 0)} requests per configuration, warm-up {m.get('warmup', 0)} requests",
+        f"- started {m.get('started', '')}; total wall time {m.get('wall_s', 0):.0f} s",
+        "",
+        "Timings come from one machine whose cores may be shared; expect noise of several percent.",
+        "Phase throughput counts tokens streamed inside the phase's window; `all` divides every token",
+        "by the makespan (to the last response). Latencies of a phase are those of requests arriving in",
+        "it. Acceptance, γ, drafters, offload and KV come from the worker's telemetry.",
+        "",
+        HEADER,
+        RULE,
+    ]
+    for run in result.runs:
+        for p in run.stats:
+            lines.append(stats_row(run.config.name, p))
+    for b in result.baseline:
+        lines.append(baseline_row(b))
+    notes = [f"- {b.name}: {b.note}" for b in result.baseline if b.note]
+    if notes:
+        lines += [
+            "",
+            "Baseline (transformers `generate`, outside the project, all prompts available at once):",
+            *notes,
+        ]
+    lines += ["", "## Verdict", "", *verdict_markdown(result.verdict)]
+    if not any(p.proposed for run in result.runs for p in run.stats):
+        lines += [
+            "",
+            "Caution: no configuration proposed a single draft token — the engine in use did not",
+            "speculate, so the configurations ran the same way and their differences are noise.",
+        ]
+    configs = [
+        f"- {r.config.spec()}" + (f" (warm-up errors: {len(r.warmup_errors)})" if r.warmup_errors else "")
+        for r in result.runs
+    ]
+    lines += ["", "## Configurations", "", *configs]
+    if result.skipped:
+        lines += ["", "Not run:", *[f"- {s}" for s in result.skipped]]
+    errors = {r.config.name: next(p for p in r.stats if p.label == WHOLE_RUN).errors for r in result.runs}
+    if any(errors.values()):
+        lines += ["", "Requests that failed: " + ", ".join(f"{k} {v}" for k, v in errors.items() if v)]
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(result: BenchResult, path: Path) -> Path:
+    path.write_text(render(result))
+    return path

@@ -1,0 +1,130 @@
+"""Runs the benchmark: each configuration against a fresh in-process trio, the same plan
+replayed against each, then the numbers, the verdict and the files."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+from tqdm import tqdm
+
+from benchmarks.load import plots
+from benchmarks.load.client import ClientOptions, RequestRecord
+from benchmarks.load.collector import StreamCollector
+from benchmarks.load.configs import BenchConfig
+from benchmarks.load.driver import drive, new_client, warm_up
+from benchmarks.load.metrics import config_stats, makespan
+from benchmarks.load.phases import Phase, windows
+from benchmarks.load.plan import PlannedRequest
+from benchmarks.load.report import write_markdown
+from benchmarks.load.results import BaselineRow, BenchResult, ConfigRun, write_json
+from benchmarks.load.timeline import build_timeline
+from benchmarks.load.trio import TrioOptions, running_trio
+from benchmarks.load.verdict import TOLERANCE, judge
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunSettings:
+    phases: list[Phase]
+    trio: TrioOptions
+    client: ClientOptions = field(default_factory=ClientOptions)
+    drain_timeout_s: float = 300.0
+    request_timeout_s: float = 600.0
+    bin_s: float = 1.0
+    target: str = "nightjar"
+    tolerance: float = TOLERANCE
+    progress: bool = True
+
+
+@dataclass
+class Outputs:
+    json: Path
+    markdown: Path
+    timeline_png: Path
+    cdf_png: Path
+
+
+async def run_config(
+    cfg: BenchConfig, plan: list[PlannedRequest], warmups: list[PlannedRequest], s: RunSettings
+) -> ConfigRun:
+    """One configuration: fresh services, warm-up, the timed replay, the streams read meanwhile."""
+    async with running_trio(cfg, s.trio) as trio, new_client(trio.base_url, s.request_timeout_s) as client:
+        warmup_errors = await warm_up(client, warmups, s.client) if warmups else []
+        collector = StreamCollector(trio.redis)
+        stop = anyio.Event()
+        bar = tqdm(total=len(plan), desc=cfg.name, unit="req", file=sys.stderr, disable=not s.progress)
+        failed = 0
+
+        def done(rec: RequestRecord) -> None:
+            nonlocal failed
+            failed += not rec.ok
+            bar.update(1)
+            if failed:
+                bar.set_postfix(failed=failed)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(collector.run, stop)
+            result = await drive(client, plan, s.client, drain_timeout_s=s.drain_timeout_s, on_done=done)
+            await anyio.sleep(0.5)  # the last steps' telemetry is published after their tokens
+            stop.set()
+        bar.close()
+    ws = windows(s.phases)
+    records = result.records
+    stats = config_stats(records, collector.telemetry, result.t0_wall, ws)
+    end = max(makespan(records), ws[-1].end_s)
+    timeline = build_timeline(records, collector.telemetry, collector.decisions, result.t0_wall, end, s.bin_s)
+    return ConfigRun(
+        cfg,
+        result.t0_wall,
+        end,
+        records,
+        collector.telemetry,
+        collector.decisions,
+        stats,
+        timeline,
+        warmup_errors,
+    )
+
+
+def run_configs(
+    configs: list[BenchConfig], plan: list[PlannedRequest], warmups: list[PlannedRequest], s: RunSettings
+) -> list[ConfigRun]:
+    runs = []
+    for cfg in configs:
+        log.info("running %s", cfg.spec())
+        # A fresh event loop per configuration: nothing of one run can linger into the next.
+        runs.append(anyio.run(run_config, cfg, plan, warmups, s))
+    return runs
+
+
+def finish(
+    runs: list[ConfigRun],
+    s: RunSettings,
+    meta: dict[str, object],
+    out_dir: Path,
+    skipped: list[str],
+    baseline: list[BaselineRow],
+) -> tuple[BenchResult, Outputs]:
+    """Judge the claim and write results.json, report.md and the two plots into ``out_dir``."""
+    statics = [r.config.name for r in runs if r.config.is_static]
+    verdict = judge({r.config.name: r.stats for r in runs}, statics, s.target, s.tolerance)
+    result = BenchResult(dict(meta), runs, verdict, skipped, baseline)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ws = windows(s.phases)
+    outputs = Outputs(
+        json=write_json(result, out_dir / "results.json"),
+        markdown=write_markdown(result, out_dir / "report.md"),
+        timeline_png=plots.plot_timelines(runs, ws, out_dir / "timeline.png"),
+        cdf_png=plots.plot_cdfs(runs, out_dir / "latency_cdf.png"),
+    )
+    return result, outputs
+
+
+def stamp() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z")

@@ -1,0 +1,116 @@
+"""From parsed arguments to a finished run: workload, plan, configurations, the runs, the
+transformers baseline, and the files."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.load.cli import engine_options
+from benchmarks.load.client import ClientOptions
+from benchmarks.load.configs import DEFAULT_CONFIGS, select_configs
+from benchmarks.load.phases import parse_phases
+from benchmarks.load.plan import LengthRule, TokenCounter, build_plan, usable_items, warmup_requests
+from benchmarks.load.results import BaselineRow, BenchResult
+from benchmarks.load.runner import Outputs, RunSettings, finish, run_configs, stamp
+from benchmarks.load.trio import TrioOptions
+from benchmarks.load.workloads import load_workload
+
+log = logging.getLogger(__name__)
+
+
+class BenchError(Exception):
+    """A problem with the inputs, reported in one line."""
+
+
+def token_counter(model_dir: str) -> TokenCounter:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    return lambda text: len(tok(text, add_special_tokens=False)["input_ids"])
+
+
+def machine() -> str:
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return (
+        f"{platform.node()} ({platform.machine()}, {os.cpu_count()} CPUs, {gpu}); Python "
+        f"{platform.python_version()}, torch {torch.__version__} with {torch.get_num_threads()} threads"
+    )
+
+
+def run(args: argparse.Namespace, out_dir: Path, command: str) -> tuple[BenchResult, Outputs]:
+    started, t_start = stamp(), time.monotonic()
+    if not (Path(args.model) / "config.json").is_file():
+        raise BenchError(f"no model at {args.model} (pass --model DIR with a config.json)")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    phases = parse_phases(args.phases)
+    specs = args.config or list(DEFAULT_CONFIGS)
+    configs, skipped = select_configs(specs, skip_unregistered=not args.config)
+    workload = load_workload(args.workload)
+    count = token_counter(args.model)
+    items = usable_items(workload, count, args.max_prompt_tokens or None)
+    if not items:
+        raise BenchError(f"no prompt of {args.workload} fits --max-prompt-tokens {args.max_prompt_tokens}")
+    lengths = LengthRule(args.lengths, args.max_tokens, min(args.min_tokens, args.max_tokens))
+    plan = build_plan(items, phases, args.seed, lengths, count)
+    if not plan:
+        raise BenchError("the phase plan gives no arrivals: raise a rate or a duration")
+    warmups = warmup_requests(items, args.warmup, args.warmup_tokens)
+    settings = RunSettings(
+        phases=phases,
+        trio=TrioOptions(args.model, max_jobs=args.max_jobs, engine=engine_options(args.engine_opt)),
+        client=ClientOptions(endpoint=args.endpoint, temperature=args.temperature),
+        drain_timeout_s=args.drain_timeout,
+        bin_s=args.bin,
+        target=args.target,
+        tolerance=args.tolerance,
+        progress=not args.no_progress,
+    )
+    for note in skipped:
+        log.warning("%s", note)
+    runs = run_configs(configs, plan, warmups, settings)
+    baseline = _baseline(args, [r.item.prompt for r in plan], [r.max_tokens for r in plan])
+    meta: dict[str, Any] = {
+        "command": command,
+        "machine": machine(),
+        "model": args.model,
+        "engine": settings.trio.engine,
+        "workload": args.workload,
+        "workload_format": workload.format,
+        "prompts": len(items),
+        "endpoint": args.endpoint,
+        "lengths": f"{args.lengths} (max {args.max_tokens})",
+        "phases": args.phases,
+        "seed": args.seed,
+        "requests": len(plan),
+        "warmup": len(warmups),
+        "started": started,
+    }
+    meta["wall_s"] = time.monotonic() - t_start
+    return finish(runs, settings, meta, out_dir, skipped, baseline)
+
+
+def _baseline(args: argparse.Namespace, prompts: list[str], max_tokens: list[int]) -> list[BaselineRow]:
+    if not args.hf_baseline:
+        return []
+    from benchmarks.hf_baseline import BaselineSettings, run_baseline
+
+    bs = BaselineSettings(
+        model_dir=args.model,
+        chat=args.endpoint == "chat",
+        batch_size=args.hf_batch_size,
+        requests=args.hf_requests,
+        assisted=args.hf_assisted,
+        drafter_dir=args.drafter,
+    )
+    return run_baseline(bs, prompts, max_tokens)
