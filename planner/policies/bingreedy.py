@@ -27,7 +27,7 @@ EXPLORE_RULES = ("paper", "fork", "per-block")
 class BinGreedy:
     """Blocks, bins, and per-arm empirical mean loss for one context bucket."""
 
-    def __init__(self, n_arms: int, explore_rule: str = "inverse-bin", slack: int = 32) -> None:
+    def __init__(self, n_arms: int, explore_rule: str = "per-block", slack: int = 32) -> None:
         if explore_rule not in EXPLORE_RULES:
             raise ValueError(f"explore rule must be one of {EXPLORE_RULES}, got {explore_rule!r}")
         self.n_arms = n_arms

@@ -38,7 +38,7 @@ class NightjarPolicy(Policy):
         "buckets": int_list_param(
             "pow2", "batch-size buckets: pow2, pairs (the authors' fork) or upper bounds", ("pow2", "pairs")
         ),
-        "explore": str_param("paper", "exploration coin per bin (see docs)", EXPLORE_RULES),
+        "explore": str_param("per-block", "exploration coin per bin (see docs)", EXPLORE_RULES),
         "bin_slack": int_param(32, "extra steps a bin waits for its γ to run before it ends anyway", 0),
         "switch_cost": bool_param(True, "add C_switch/γ when leaving γ = 0 (False: plain bandit)"),
         "switch_prior_s": float_param(1e-4, "C_switch prior: seconds per skipped token per sequence", 0.0),

@@ -27,14 +27,14 @@ def test_every_policy_describes_every_param() -> None:
 
 
 def test_unknown_name() -> None:
-    with pytest.raises(PolicyError, match="unknown policy 'nope'.*static"):
+    with pytest.raises(PolicyError, match=r"unknown policy 'nope'.*static"):
         registry.create("nope")
     with pytest.raises(PolicyError):
         registry.describe("nope")
 
 
 def test_unknown_param() -> None:
-    with pytest.raises(PolicyError, match="no parameter.*gama.*takes: drafter, gamma, offload"):
+    with pytest.raises(PolicyError, match=r"no parameter.*gama.*takes: drafter, gamma, offload"):
         registry.create("static", gama=2)
 
 
