@@ -1,0 +1,24 @@
+# One image for every Nightjar service; compose.yaml picks the command.
+FROM python:3.11-slim
+
+WORKDIR /app
+ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
+
+# torch first and alone, so the project's `torch>=2.6` is already met. PyPI's Linux wheel
+# is the CUDA build; pass PIP_TORCH_ARGS="--index-url <PyTorch's CPU wheel index>" for CPU.
+ARG PIP_TORCH_ARGS=""
+RUN pip install torch==2.13.0 $PIP_TORCH_ARGS
+
+COPY pyproject.toml README.md ./
+COPY nightjar nightjar
+COPY gateway gateway
+COPY worker worker
+COPY planner planner
+COPY shared shared
+COPY kernels kernels
+COPY training training
+COPY benchmarks benchmarks
+RUN pip install .
+
+EXPOSE 8000
+CMD ["nightjar", "--help"]

@@ -1,0 +1,27 @@
+# Everything from a fresh clone: `make run` serves, `make test` tests.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test lint
+
+install: $(STAMP)
+
+# torch 2.13.0 goes in first, on its own: where it is missing pip installs the build this
+# machine's pip configuration offers (the CPU one, from local disk here), and the project's
+# `torch>=2.6` is then already satisfied, so pip never pulls a multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install torch==2.13.0
+	$(PY) -m pip install -e '.[dev]'
+	touch $(STAMP)
+
+run: install
+	$(VENV)/bin/nightjar up
+
+test: install
+	$(VENV)/bin/pytest -q
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
