@@ -10,6 +10,7 @@ offload and KV usage come from the telemetry steps inside the window.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -118,9 +119,10 @@ def phase_stats(
     all_records: list[RequestRecord],
     telemetry: list[Telemetry],
     t0_wall: float,
+    closed: bool = False,
 ) -> PhaseStats:
-    """The window [start, end): latencies of the requests that ``arrived`` in it, tokens
-    streamed inside it by any request, telemetry steps inside it."""
+    """The window [start, end) ([start, end] when ``closed``): latencies of the requests
+    that ``arrived`` in it, tokens streamed inside it by any request, telemetry steps inside it."""
     ps = PhaseStats(label, start, end)
     ps.requests = len(arrived)
     ps.completed = sum(r.ok for r in arrived)
@@ -129,7 +131,7 @@ def phase_stats(
     ps.ttft = dist([v for r in ok if (v := r.ttft) is not None])
     ps.tpot = dist([v for r in ok if (v := r.tpot) is not None])
     ps.e2e = dist([v for r in ok if (v := r.e2e) is not None])
-    ps.output_tokens = tokens_in(all_records, start, end)
+    ps.output_tokens = tokens_in(all_records, start, math.nextafter(end, math.inf) if closed else end)
     ps.tok_s = ps.output_tokens / (end - start) if end > start else 0.0
     add_telemetry(ps, steps_in(telemetry, t0_wall, start, end))
     return ps
@@ -145,5 +147,5 @@ def config_stats(
         for w in ws
     ]  # fmt: skip
     end = makespan(records) or (ws[-1].end_s if ws else 0.0)
-    out.append(phase_stats(WHOLE_RUN, 0.0, end, records, records, telemetry, t0_wall))
+    out.append(phase_stats(WHOLE_RUN, 0.0, end, records, records, telemetry, t0_wall, closed=True))
     return out
