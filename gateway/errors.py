@@ -50,7 +50,9 @@ def from_validation(exc: ValidationError | RequestValidationError) -> APIError:
     if not errors:
         return APIError(400, "invalid request")
     first = errors[0]
-    loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path")]
+    loc = [
+        p for p in first.get("loc", ()) if isinstance(p, str) and p not in ("body", "query", "path", "header")
+    ]
     param = ".".join(loc) or None
     msg = first.get("msg", "invalid value")
     return APIError(400, f"{param}: {msg}" if param else msg, param=param)

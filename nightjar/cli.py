@@ -91,7 +91,13 @@ def _add_planner(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="nightjar", description="LLM serving that makes speculative decoding pay off.")
-    p.add_argument("--log-level", default=_env("LOG_LEVEL", "info"), help="NIGHTJAR_LOG_LEVEL")
+    p.add_argument(
+        "--log-level",
+        type=str.lower,
+        choices=["debug", "info", "warning", "error"],
+        default=_env("LOG_LEVEL", "info"),
+        help="NIGHTJAR_LOG_LEVEL",
+    )
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     up = sub.add_parser("up", help="gateway, planner and a worker in one process (embedded Redis)")

@@ -10,15 +10,14 @@ decision arrives.
 from __future__ import annotations
 
 import logging
-import time
 
 import anyio
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
 from shared import codec, keys
+from shared.loops import every, keep_running
 from shared.schemas import Decision
-from shared.streams import entries, last_id
+from shared.streams import entries, id_str, last_id
 from worker.engine.api import Engine
 
 log = logging.getLogger(__name__)
@@ -99,33 +98,17 @@ class DecisionFollower:
 
     async def run(self) -> None:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._follow)
-            tg.start_soon(self._watch_staleness)
+            tg.start_soon(keep_running, "decisions", self._follow)
+            tg.start_soon(every, self.check_s, self.check, "decision staleness")
 
     async def _follow(self) -> None:
-        while True:
+        resp = await self.r.xread({keys.DECISIONS_STREAM: self._cursor}, count=100, block=self.block_ms)
+        for entry_id, fields in entries(resp):
+            self._cursor = id_str(entry_id)
             try:
-                resp = await self.r.xread(
-                    {keys.DECISIONS_STREAM: self._cursor}, count=100, block=self.block_ms
-                )
-            except RedisError as exc:
-                log.warning("reading decisions failed: %s", exc)
-                await anyio.sleep(1.0)
+                msg = codec.from_entry(fields)
+            except codec.CodecError as exc:
+                log.error("skipping a malformed decision %s: %s", self._cursor, exc)
                 continue
-            for entry_id, fields in entries(resp):
-                self._cursor = entry_id.decode()
-                try:
-                    msg = codec.from_entry(fields)
-                except codec.CodecError as exc:
-                    log.error("skipping a malformed decision %s: %s", entry_id, exc)
-                    continue
-                if isinstance(msg, Decision):
-                    await self.offer(msg)
-
-    async def _watch_staleness(self) -> None:
-        while True:
-            await anyio.sleep(self.check_s)
-            try:
-                await self.check(time.time())
-            except RedisError as exc:
-                log.warning("recording the fallback failed: %s", exc)
+            if isinstance(msg, Decision):
+                await self.offer(msg)

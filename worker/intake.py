@@ -14,7 +14,7 @@ import msgpack
 import redis.asyncio as aioredis
 
 from shared import codec, keys
-from shared.streams import Entry, ensure_group, entries
+from shared.streams import Entry, ensure_group, entries, id_str
 
 
 class JobIntake:
@@ -22,20 +22,22 @@ class JobIntake:
         self.r = r
         self.consumer = consumer
         self.claim_idle_ms = int(claim_idle_s * 1000)
-        self._own_cursor = "0"
+        self._own_cursor: str | None = "0"  # None once this consumer's old entries are all read
         self._claim_cursor = "0-0"
 
     async def setup(self) -> None:
         await ensure_group(self.r, keys.JOBS_STREAM, keys.JOBS_GROUP)
 
     async def read_own_pending(self, count: int) -> list[Entry]:
-        """The next of this consumer's own pending entries (empty once all were read)."""
+        """The next of the entries this consumer held before it (re)started; empty for good
+        once all were read."""
+        if self._own_cursor is None:
+            return []
         resp = await self.r.xreadgroup(
             keys.JOBS_GROUP, self.consumer, {keys.JOBS_STREAM: self._own_cursor}, count=count
         )
         got = entries(resp)
-        if got:
-            self._own_cursor = got[-1][0].decode()
+        self._own_cursor = id_str(got[-1][0]) if got else None
         return got
 
     async def read_new(self, count: int, block_ms: int | None) -> list[Entry]:

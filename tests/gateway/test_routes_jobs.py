@@ -100,3 +100,15 @@ async def test_backpressure_rejects_past_the_limit(r: aioredis.Redis) -> None:
         health = (await gw.get("/health")).json()
     assert health == {"status": "ok", "workers": 0, "queued": 2}
     assert await r.xlen(keys.JOBS_STREAM) == 2
+
+
+async def test_unparseable_json_and_unknown_routes_get_json_errors(r: aioredis.Redis) -> None:
+    async with gateway(r) as gw:
+        bad_json = await gw.post(
+            "/v1/jobs", content=b"{not json", headers={"content-type": "application/json"}
+        )
+        missing = await gw.get("/v1/nowhere")
+        wrong_method = await gw.put("/v1/jobs")
+    assert bad_json.status_code == 400 and bad_json.json()["error"]["param"] is None
+    assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found_error"
+    assert wrong_method.status_code == 405 and "error" in wrong_method.json()
