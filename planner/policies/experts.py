@@ -12,30 +12,39 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
 LEARNERS = ("normalhedge", "hedge")
 
 
-def _normalhedge_weights(regret: np.ndarray) -> np.ndarray:
+def _log_mean_exp(z: list[float]) -> float:
+    top = max(z)
+    return top + math.log(sum(math.exp(x - top) for x in z) / len(z))
+
+
+def _normalhedge_weights(regret: list[float]) -> list[float]:
     """NormalHedge (Chaudhuri, Freund, Hsu 2009): w ∝ (R₊/c)·exp(R₊²/2c), mean exp(R₊²/2c) = e."""
     n = len(regret)
-    pos = np.maximum(regret, 0.0)
-    s = float(np.max(pos * pos)) if n else 0.0
+    pos = [max(r, 0.0) for r in regret]
+    sq = [p * p for p in pos]
+    s = max(sq)
     if s <= 0.0:
-        return np.full(n, 1.0 / n)
-    lo, hi = s / (2.0 * (1.0 + math.log(n))), s / 2.0  # the root lies between (see docs)
-    for _ in range(60):
+        return [1.0 / n] * n
+    # mean exp(R₊²/2c) = e has its root c in [s / (2(1 + ln n)), s / 2] (see docs/planner.md)
+    lo, hi = s / (2.0 * (1.0 + math.log(n))), s / 2.0
+    for _ in range(50):
         c = 0.5 * (lo + hi)
-        z = pos * pos / (2.0 * c)
-        log_mean = float(np.max(z) + np.log(np.mean(np.exp(z - np.max(z)))))
-        lo, hi = (c, hi) if log_mean > 1.0 else (lo, c)
+        if _log_mean_exp([x / (2.0 * c) for x in sq]) > 1.0:
+            lo = c
+        else:
+            hi = c
     c = 0.5 * (lo + hi)
-    z = pos * pos / (2.0 * c)
-    with np.errstate(divide="ignore"):
-        logw = np.where(pos > 0, np.log(np.maximum(pos, 1e-300)) - math.log(c) + z, -np.inf)
-    w = np.exp(logw - np.max(logw))
-    return w / w.sum()
+    logw = [
+        math.log(p) - math.log(c) + x / (2.0 * c) if p > 0 else -math.inf
+        for p, x in zip(pos, sq, strict=True)
+    ]
+    top = max(logw)
+    w = [math.exp(v - top) for v in logw]
+    total = sum(w)
+    return [x / total for x in w]
 
 
 class ExpertLearner:
@@ -51,6 +60,7 @@ class ExpertLearner:
         self.names: list[str] = []
         self.score: list[float] = []  # NormalHedge: discounted regret; Hedge: discounted loss
         self.rounds = 0.0  # discounted round count (Hedge's anytime learning rate)
+        self._weights: dict[str, float] | None = None  # cache, dropped on every change
 
     def _ensure(self, names: list[str]) -> None:
         for name in names:
@@ -58,18 +68,23 @@ class ExpertLearner:
                 neutral = 0.0 if self.kind == "normalhedge" or not self.score else min(self.score)
                 self.names.append(name)
                 self.score.append(neutral)
+                self._weights = None
 
     def weights(self) -> dict[str, float]:
-        if not self.names:
-            return {}
-        s = np.asarray(self.score)
+        if self._weights is None:
+            self._weights = dict(zip(self.names, self._compute(), strict=True))
+        return dict(self._weights)
+
+    def _compute(self) -> list[float]:
+        if not self.score:
+            return []
         if self.kind == "normalhedge":
-            w = _normalhedge_weights(s)
-        else:
-            eta = math.sqrt(8.0 * math.log(max(len(s), 2)) / max(self.rounds, 1.0))
-            w = np.exp(-eta * (s - s.min()))
-            w /= w.sum()
-        return dict(zip(self.names, (float(x) for x in w), strict=True))
+            return _normalhedge_weights(self.score)
+        eta = math.sqrt(8.0 * math.log(max(len(self.score), 2)) / max(self.rounds, 1.0))
+        low = min(self.score)
+        w = [math.exp(-eta * (x - low)) for x in self.score]
+        total = sum(w)
+        return [x / total for x in w]
 
     def update(self, losses: dict[str, float]) -> None:
         """One round: ``losses`` maps expert → loss in [0, 1] (experts missing from it sit out)."""
@@ -83,6 +98,7 @@ class ExpertLearner:
                 step = mean_loss - f if self.kind == "normalhedge" else f
                 self.score[i] = self.discount * self.score[i] + step
         self.rounds = self.discount * self.rounds + 1.0
+        self._weights = None
 
     def state_dict(self) -> dict[str, Any]:
         return {"names": list(self.names), "score": list(self.score), "rounds": self.rounds}
@@ -91,3 +107,4 @@ class ExpertLearner:
         self.names = [str(n) for n in s["names"]]
         self.score = [float(x) for x in s["score"]]
         self.rounds = float(s["rounds"])
+        self._weights = None
