@@ -101,8 +101,8 @@ class LLMEngine(Engine):
         t2 = time.perf_counter()
         touched += self._postprocess(plan.scheduled, rows, stats)
         for seq in touched:
-            if seq.is_finished:
-                self._seqs.pop(seq.request_id, None)
+            if seq.is_finished and self._seqs.get(seq.request_id) is seq:
+                del self._seqs[seq.request_id]
                 self.scheduler.remove(seq)
         outputs = [self._output(seq) for seq in dict.fromkeys(touched)]
         stats.preempted = len(plan.preempted)

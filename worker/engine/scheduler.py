@@ -65,6 +65,8 @@ class Scheduler:
             self.running.remove(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
+        else:
+            return
         self.blocks.free(seq.request_id)
 
     def preempt(self, seq: Sequence) -> None:

@@ -32,7 +32,8 @@ def load_checkpoint(
     gguf_file = gguf_file or find_gguf(path)
     if gguf_file is not None:
         return _load_gguf(path, gguf_file)
-    return ModelConfig.from_dir(path), _load_safetensors(path)
+    state = _load_safetensors(path)
+    return ModelConfig.from_dir(path), state
 
 
 def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:

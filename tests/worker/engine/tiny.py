@@ -70,3 +70,18 @@ def save_tiny(config: PretrainedConfig, path: Path, seed: int = 0) -> Path:
 
 def hf_model(path: Path) -> Any:
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
+def hf_greedy(model: Any, prompt: list[int], max_new_tokens: int, stop_at_eos: bool) -> list[int]:
+    """transformers' own greedy ``generate``: the exactness oracle. With ``stop_at_eos``
+    false it runs to ``max_new_tokens`` (the checkpoint's generation config would stop it)."""
+    model.generation_config.eos_token_id = model.config.eos_token_id if stop_at_eos else None
+    model.generation_config.pad_token_id = 0
+    with torch.inference_mode():
+        out = model.generate(
+            torch.tensor([prompt]),
+            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+        )
+    return [int(t) for t in out[0, len(prompt) :]]
