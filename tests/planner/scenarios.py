@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from planner.policies import registry
 from planner.policies.base import Policy
 from planner.sim import SMOLLM2, Phase, Runner, Scenario, SimWorker, Trace
@@ -44,7 +46,7 @@ def busy_and_quiet() -> Scenario:
 
 
 def run(
-    policy: Policy | str, scenario: Scenario, steps: int, seed: int = 0, delay: int = 3, **params: object
+    policy: Policy | str, scenario: Scenario, steps: int, seed: int = 0, delay: int = 3, **params: Any
 ) -> tuple[Policy, Trace]:
     pol = registry.create(policy, **params) if isinstance(policy, str) else policy
     return pol, Runner(pol, SimWorker(scenario, seed=seed), delay=delay).run(steps)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from planner.policies import registry
 from planner.policies.experts import ExpertLearner
 from planner.policies.hedge import HedgePolicy
@@ -9,7 +11,7 @@ from shared.schemas import Telemetry
 from tests.planner.scenarios import drafter_shift, run
 
 
-def _drafters(decisions: list[tuple[object, str | None, bool]]) -> list[str | None]:
+def _drafters(decisions: Sequence[tuple[object, str | None, bool]]) -> list[str | None]:
     return [d[1] for d in decisions]
 
 

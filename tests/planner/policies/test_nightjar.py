@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 from planner.policies import registry
 from planner.policies.nightjar import NightjarPolicy
@@ -17,7 +18,7 @@ from tests.planner.scenarios import (
     small_gain,
 )
 
-PLAIN = {"offload": False, "drafter_policy": "fixed"}
+PLAIN: dict[str, Any] = {"offload": False, "drafter_policy": "fixed"}
 
 
 def _check_converged(pol: NightjarPolicy, sc: Scenario, clear_gap: float = 0.05) -> None:
