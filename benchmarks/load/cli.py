@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hf-requests", type=int, default=32, help="prompts for the static-batch baseline")
     p.add_argument("--hf-assisted", type=int, default=8, help="prompts for assisted generation (batch 1)")
     p.add_argument("--drafter", default=None, help="drafter model dir for assisted generation")
+    p.add_argument("--time-budget", type=float, default=None,
+                   help="seconds: skip configurations (then the baseline) that would end later")  # fmt: skip
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--log-level", default="warning")
     return p
@@ -78,9 +80,14 @@ def engine_options(items: list[str] | None) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=str(args.log_level).upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    level = logging.getLevelName(str(args.log_level).upper())
+    if not isinstance(level, int):
+        print(f"nightjar bench: error: unknown log level {args.log_level!r}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # The benchmark's own progress lines stay; httpx's line per request would drown the log.
+    logging.getLogger("benchmarks").setLevel(min(level, logging.INFO))
+    logging.getLogger("httpx").setLevel(max(level, logging.WARNING))
     from benchmarks.load.session import BenchError, run
 
     out = Path(args.out) if args.out else REPO / "runs" / time.strftime("bench-%Y%m%d-%H%M%S")

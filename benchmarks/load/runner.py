@@ -93,14 +93,28 @@ async def run_config(
 
 
 def run_configs(
-    configs: list[BenchConfig], plan: list[PlannedRequest], warmups: list[PlannedRequest], s: RunSettings
-) -> list[ConfigRun]:
-    runs = []
+    configs: list[BenchConfig],
+    plan: list[PlannedRequest],
+    warmups: list[PlannedRequest],
+    s: RunSettings,
+    deadline: float | None = None,
+) -> tuple[list[ConfigRun], list[str]]:
+    """Run each configuration in turn; one that would end past ``deadline`` (monotonic
+    seconds, judged by the longest configuration so far) is skipped with a note."""
+    runs: list[ConfigRun] = []
+    notes: list[str] = []
+    longest = 0.0
     for cfg in configs:
+        if deadline is not None and time.monotonic() + longest > deadline:
+            notes.append(f"{cfg.name}: skipped, the time budget would run out")
+            log.warning("%s", notes[-1])
+            continue
         log.info("running %s", cfg.spec())
+        started = time.monotonic()
         # A fresh event loop per configuration: nothing of one run can linger into the next.
         runs.append(anyio.run(run_config, cfg, plan, warmups, s))
-    return runs
+        longest = max(longest, time.monotonic() - started)
+    return runs, notes
 
 
 def finish(

@@ -78,8 +78,16 @@ def run(args: argparse.Namespace, out_dir: Path, command: str) -> tuple[BenchRes
     )
     for note in skipped:
         log.warning("%s", note)
-    runs = run_configs(configs, plan, warmups, settings)
-    baseline = _baseline(args, [r.item.prompt for r in plan], [r.max_tokens for r in plan])
+    deadline = t_start + args.time_budget if args.time_budget else None
+    runs, late = run_configs(configs, plan, warmups, settings, deadline)
+    skipped += late
+    if not runs:
+        raise BenchError("no configuration ran within the time budget")
+    baseline: list[BaselineRow] = []
+    if deadline is None or time.monotonic() < deadline:
+        baseline = _baseline(args, [r.item.prompt for r in plan], [r.max_tokens for r in plan])
+    else:
+        skipped.append("transformers baseline: skipped, the time budget ran out")
     meta: dict[str, Any] = {
         "command": command,
         "machine": machine(),
