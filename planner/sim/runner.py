@@ -25,6 +25,7 @@ class Trace:
     """Per-step record of a run."""
 
     batch: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
     gamma: list[int] = field(default_factory=list)
     optimal: list[int] = field(default_factory=list)
     regret: list[float] = field(default_factory=list)  # seconds per token per sequence
@@ -35,6 +36,11 @@ class Trace:
     decisions: list[tuple[tuple[tuple[int, int], ...], str | None, bool]] = field(default_factory=list)
     switches_on: int = 0  # steps that went from γ = 0 to γ > 0
     switch_seconds: float = 0.0
+    elapsed: float = 0.0  # virtual seconds
+
+    def throughput(self) -> float:
+        """Tokens per virtual second over the whole run."""
+        return sum(self.tokens) / self.elapsed if self.elapsed > 0 else 0.0
 
     def cumulative_regret(self, steps: int | None = None) -> float:
         return float(np.sum(self.regret[:steps]))
@@ -76,6 +82,7 @@ class Runner:
             while len(self.in_flight) > self.delay:
                 self.policy.observe(self.in_flight.popleft())
             self.steps += 1
+        self.trace.elapsed = self.worker.clock
         return self.trace
 
     def _record(self, t: Telemetry, domain: str) -> None:
@@ -84,6 +91,7 @@ class Runner:
         tr.resident.append(t.draft_resident)
         tr.waiting.append(t.waiting)
         tr.batch.append(t.batch_size)
+        tr.tokens.append(t.num_tokens)
         tr.gamma.append(t.gamma)
         tr.drafter.append(t.drafter)
         if t.batch_size == 0:

@@ -13,9 +13,9 @@ from tests.planner.scenarios import (
     busy_and_quiet,
     drafter_shift,
     four_batches,
-    mixed_smollm2,
     run,
     small_gain,
+    smollm2_mixed,
 )
 
 PLAIN: dict[str, Any] = {"offload": False, "drafter_policy": "fixed"}
@@ -49,7 +49,7 @@ def test_converges_to_best_gamma_per_bucket() -> None:
 
 
 def test_converges_where_speculation_must_be_off() -> None:
-    sc = mixed_smollm2()  # optimum γ = 4 at batch 1, γ = 0 at batch 32
+    sc = smollm2_mixed()  # optimum γ = 4 at batch 1, γ = 0 at batch 32
     pol, _ = run("nightjar", sc, 6000, seed=1, **PLAIN)
     assert isinstance(pol, NightjarPolicy)
     _check_converged(pol, sc)
