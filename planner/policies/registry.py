@@ -12,8 +12,9 @@ from typing import Any
 
 from planner.policies.base import Policy
 
-# name -> "module:Class"; imported lazily so a broken optional policy cannot take down the rest.
-_POLICIES: dict[str, str] = {
+# name -> "module:Class" (imported lazily so a broken optional policy cannot take down the
+# rest) or a class registered at run time.
+_POLICIES: dict[str, str | type[Policy]] = {
     "static": "planner.policies.static:StaticPolicy",
     "nightjar": "planner.policies.nightjar:NightjarPolicy",
     "hedge": "planner.policies.hedge:HedgePolicy",
@@ -33,10 +34,20 @@ def names() -> list[str]:
     return sorted(_POLICIES)
 
 
+def register(name: str, target: str | type[Policy]) -> None:
+    """Make a policy available by name: a Policy subclass, or "module:Class" to import lazily."""
+    if not name or name in _POLICIES:
+        raise PolicyError(f"policy name {name!r} is empty or already taken")
+    _POLICIES[name] = target
+
+
 def policy_class(name: str) -> type[Policy]:
     if name not in _POLICIES:
         raise PolicyError(f"unknown policy {name!r}; known policies: {', '.join(names())}")
-    module, cls_name = _POLICIES[name].split(":")
+    target = _POLICIES[name]
+    if not isinstance(target, str):
+        return target
+    module, cls_name = target.split(":")
     cls: type[Policy] = getattr(importlib.import_module(module), cls_name)
     return cls
 

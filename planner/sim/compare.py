@@ -10,7 +10,7 @@ ran, so drafter choice and offload show up in the throughput column, not in regr
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,8 @@ from planner.sim.worlds import WORLDS
 POLICIES: dict[str, tuple[str, dict[str, Any]]] = {
     "nightjar": ("nightjar", {}),
     "nightjar, no C_switch": ("nightjar", {"switch_cost": False}),
+    "nightjar, explore=paper": ("nightjar", {"explore": "paper"}),
+    "nightjar, explore=fork": ("nightjar", {"explore": "fork"}),
     "static γ=0": ("static", {"gamma": 0}),
     "static γ=3": ("static", {"gamma": 3}),
     "threshold γ=3 to batch 16": ("threshold", {}),
@@ -56,11 +58,10 @@ def evaluate(world: Callable[[], Scenario], name: str, params: dict[str, Any], s
     return row
 
 
-def table(world: Callable[[], Scenario], steps: int, seeds: int) -> list[str]:
-    lines = [
-        "| policy | R(T) s | R(4T) s | R(4T)/R(T) | 0→>0 switches | tokens/s |",
-        "|---|---|---|---|---|---|",
-    ]
+def table(world: Callable[[], Scenario], steps: int, seeds: int) -> Iterator[str]:
+    """Markdown rows, one per policy, yielded as each is measured."""
+    yield "| policy | R(T) s | R(4T) s | R(4T)/R(T) | 0→>0 switches | tokens/s |"
+    yield "|---|---|---|---|---|---|"
     for label, (name, params) in POLICIES.items():
         r = evaluate(world, name, params, steps, seeds)
         ratio = f"{r.regret_4t / r.regret_t:.2f}" if r.regret_t > 1e-9 else "–"
@@ -72,8 +73,7 @@ def table(world: Callable[[], Scenario], steps: int, seeds: int) -> list[str]:
             f"{r.switches:.0f}",
             f"{r.tokens_per_s:.0f}",
         ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
+        yield "| " + " | ".join(cells) + " |"
 
 
 def main() -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import msgpack
 import pytest
 
 from planner.policies import registry
+from planner.policies.base import Policy
 from planner.policies.registry import PolicyError
 from planner.sim import Runner, SimWorker
 from tests.planner.scenarios import busy_and_quiet
@@ -112,3 +114,26 @@ def test_nightjar_state_of_other_shape_is_refused() -> None:
     state = registry.create("nightjar").state_dict()
     with pytest.raises(ValueError, match="shape"):
         registry.create("nightjar", gamma_max=3).load_state_dict(state)
+
+
+def test_doc_example_policy() -> None:
+    """The example in docs/planner.md works as written and plugs into the registry."""
+    doc = (Path(__file__).parents[3] / "docs" / "planner.md").read_text()
+    section = doc.split("## Adding a policy", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, object] = {}
+    exec(compile(code, "docs/planner.md", "exec"), namespace)
+    cls = namespace["RoundRobinPolicy"]
+    assert isinstance(cls, type) and issubclass(cls, Policy)
+    registry.register("round-robin", cls)
+    try:
+        assert registry.describe("round-robin")["params"]["gamma_max"]["default"] == 3
+        policy = registry.create("round-robin", gamma_max="2")
+        assert [policy.decide(0.0).gamma_table[0][1] for _ in range(4)] == [1, 2, 0, 1]
+        again = registry.create("round-robin", gamma_max=2)
+        again.load_state_dict(msgpack.unpackb(msgpack.packb(policy.state_dict())))
+        assert again.decide(0.0) == policy.decide(0.0)
+        with pytest.raises(PolicyError, match="already taken"):
+            registry.register("round-robin", cls)
+    finally:
+        registry._POLICIES.pop("round-robin")
