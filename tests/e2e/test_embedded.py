@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from nightjar.runner import http_server, run_services
+from nightjar.submit import stream_completion
 from planner.service import PlannerService
 from planner.settings import PlannerSettings
 from shared import codec, keys
@@ -28,7 +29,9 @@ pytestmark = pytest.mark.anyio
 PROMPTS = ["The quick brown", "Once upon a time", "Héllo 東京", "Redis streams", "Speculative", "fox"]
 
 
-async def _exercise(gw: httpx.AsyncClient, r: aioredis.Redis, model_dir: Path) -> None:
+async def _exercise(
+    gw: httpx.AsyncClient, r: aioredis.Redis, model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     await poll(lambda: _health_workers(gw), 30, "the worker to register")
     models = (await gw.get("/v1/models")).json()["data"]
     assert [m["id"] for m in models] == [model_dir.name]
@@ -50,6 +53,15 @@ async def _exercise(gw: httpx.AsyncClient, r: aioredis.Redis, model_dir: Path) -
     async with anyio.create_task_group() as tg:
         for i in range(len(PROMPTS)):
             tg.start_soon(complete, i)
+
+    # `nightjar submit` streams the same text to the terminal.
+    body = {"prompt": PROMPTS[0], "max_tokens": 6, "temperature": 0}
+    code = await anyio.to_thread.run_sync(stream_completion, str(gw.base_url), body, False)
+    tok = _tokenizer(model_dir)
+    expected = tok.decode(
+        reference_greedy(model_dir, tok(PROMPTS[0])["input_ids"], 6), skip_special_tokens=True
+    )
+    assert code == 0 and capsys.readouterr().out == expected + "\n"
 
     chat = await gw.post(
         "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
@@ -101,7 +113,9 @@ def _tokenizer(model_dir: Path):  # type: ignore[no-untyped-def]
     return AutoTokenizer.from_pretrained(model_dir)
 
 
-async def test_up_serves_cancels_and_swaps_policies(model_dir: Path) -> None:
+async def test_up_serves_cancels_and_swaps_policies(
+    model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     reset_fake_server()
     port = free_port()
     worker = WorkerService(WorkerSettings(model_dir=str(model_dir), worker_id="embedded", block_ms=200))
@@ -113,7 +127,7 @@ async def test_up_serves_cancels_and_swaps_policies(model_dir: Path) -> None:
             tg.start_soon(run_services, [worker.run, planner.run], server)
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as gw:
                 await poll(lambda: _up(gw), 30, "the gateway to listen")
-                await _exercise(gw, r, model_dir)
+                await _exercise(gw, r, model_dir, capsys)
             server.should_exit = True
     assert worker.jobs_ended >= len(PROMPTS) + 3
 

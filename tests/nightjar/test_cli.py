@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import sys
+import types
+
+import anyio
+import pytest
+
+from nightjar.cli import build_parser, main
+from shared import codec, keys
+from shared.connection import connect, reset_fake_server
+from shared.schemas import PolicyCommand
+
+
+def _error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err  # one line, no usage dump, no traceback
+    assert err.startswith("nightjar: error: ")
+    return err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["bogus"],
+        ["gateway", "--port", "eighty"],
+        ["worker", "--model", "/nonexistent"],
+        ["up", "--model", "/nonexistent"],
+        ["planner", "--set", "gamma"],
+        ["planner", "--policy", "nope"],
+        ["planner", "use", "static", "--set", "colour=red"],
+        ["--log-level", "loud", "up"],
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own errors
+        code = int(exc.code or 0)
+    assert code == 2
+    _error_line(capsys)
+
+
+def test_environment_gives_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NIGHTJAR_PORT", "9001")
+    monkeypatch.setenv("NIGHTJAR_REDIS_URL", "redis://h:1/3")
+    monkeypatch.setenv("NIGHTJAR_MAX_JOBS", "4")
+    args = build_parser().parse_args(["up"])
+    assert (args.port, args.redis_url, args.max_jobs) == (9001, "redis://h:1/3", 4)
+    assert build_parser().parse_args(["up", "--port", "9002"]).port == 9002
+
+
+def test_planner_use_sends_a_policy_command(capsys: pytest.CaptureFixture[str]) -> None:
+    reset_fake_server()
+    assert main(["planner", "--redis-url", "memory://", "use", "static", "--set", "gamma=2"]) == 0
+    assert "static" in capsys.readouterr().out
+
+    async def read() -> list[PolicyCommand]:
+        r = connect("memory://")
+        return [
+            codec.decode_as(f[codec.FIELD], PolicyCommand)
+            for _, f in await r.xrange(keys.PLANNER_CONTROL_STREAM)
+        ]
+
+    (cmd,) = anyio.run(read)
+    assert cmd.policy == "static" and cmd.params == {"gamma": "2"} and cmd.requested_by == "cli"
+
+
+def test_models_delegates_to_training_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[list[str]] = []
+    fake = types.ModuleType("training.cli")
+    fake.main = lambda argv: seen.append(argv) or 7  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "training.cli", fake)
+    assert main(["models", "train", "--out", "x"]) == 7
+    assert seen == [["train", "--out", "x"]]
