@@ -38,7 +38,7 @@ DEFAULT_CONFIGS = (
     "static-2=static:gamma=2",
     "static-4=static:gamma=4",
     "threshold=threshold",
-    "cost-model=cost_model",
+    "cost-model=cost-model",
     "nightjar=nightjar:drafter_policy=hedge,offload=true",
 )
 

@@ -108,10 +108,15 @@ async def running_trio(cfg: BenchConfig, opts: TrioOptions) -> AsyncIterator[Tri
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(planner.run)
-            await anyio.sleep(0)  # the planner publishes its first decision before the worker reads it
+            # The worker starts on the planner's first decision, not on its fallback rule.
+            deadline = time.monotonic() + opts.start_timeout_s
+            while not await r.exists(keys.DECISION_LATEST):
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the planner published no decision")
+                await anyio.sleep(0.02)
             tg.start_soon(worker.run)
             tg.start_soon(serve)
-            await _ready(base_url, r, time.monotonic() + opts.start_timeout_s)
+            await _ready(base_url, r, deadline)
             log.info("trio up for %s at %s", cfg.name, base_url)
             yield Trio(base_url, r, worker, planner)
             server.should_exit = True
