@@ -18,7 +18,7 @@ import numpy as np
 
 from benchmarks.load.client import RequestRecord
 from benchmarks.load.phases import Window
-from shared.schemas import Telemetry
+from shared.schemas import Decision, Telemetry
 
 WHOLE_RUN = "all"
 
@@ -55,7 +55,8 @@ class PhaseStats:
     proposed: int = 0
     accepted: int = 0
     acceptance: float | None = None
-    mean_gamma: float | None = None
+    mean_gamma: float | None = None  # γ the engine ran (telemetry)
+    decided_gamma: float | None = None  # γ the decision in force gave each step's batch size
     gamma_share: dict[int, float] = field(default_factory=dict)  # γ -> share of decode steps
     drafter_share: dict[str, float] = field(default_factory=dict)  # drafter -> share of speculative steps
     offloaded_share: float | None = None  # share of steps with the draft not resident
@@ -91,7 +92,13 @@ def _shares(keys: list[str]) -> dict[str, float]:
     return {k: v / len(keys) for k, v in sorted(Counter(keys).items())} if keys else {}
 
 
-def add_telemetry(ps: PhaseStats, steps: list[Telemetry]) -> None:
+def decided_gamma(t: Telemetry, decisions: dict[int, Decision]) -> int | None:
+    """The γ that the decision the step ran under (by version) gave its batch size."""
+    d = decisions.get(t.decision_version)
+    return None if d is None or t.fallback else d.gamma_for(t.batch_size)
+
+
+def add_telemetry(ps: PhaseStats, steps: list[Telemetry], decisions: dict[int, Decision]) -> None:
     """Fill the engine-side fields of ``ps`` from the telemetry steps of its window."""
     span = ps.end_s - ps.start_s
     ps.server_tok_s = sum(t.num_tokens for t in steps) / span if steps and span > 0 else None
@@ -101,6 +108,8 @@ def add_telemetry(ps: PhaseStats, steps: list[Telemetry]) -> None:
     decode = [t for t in steps if t.batch_size > 0]
     if decode:
         ps.mean_gamma = sum(t.gamma for t in decode) / len(decode)
+        decided = [g for t in decode if (g := decided_gamma(t, decisions)) is not None]
+        ps.decided_gamma = sum(decided) / len(decided) if decided else None
         ps.mean_batch = sum(t.batch_size for t in decode) / len(decode)
         ps.gamma_share = {int(k): v for k, v in _shares([str(t.gamma) for t in decode]).items()}
         ps.drafter_share = _shares([t.drafter or "default" for t in decode if t.gamma > 0])
@@ -119,6 +128,7 @@ def phase_stats(
     all_records: list[RequestRecord],
     telemetry: list[Telemetry],
     t0_wall: float,
+    decisions: dict[int, Decision],
     closed: bool = False,
 ) -> PhaseStats:
     """The window [start, end) ([start, end] when ``closed``): latencies of the requests
@@ -133,19 +143,26 @@ def phase_stats(
     ps.e2e = dist([v for r in ok if (v := r.e2e) is not None])
     ps.output_tokens = tokens_in(all_records, start, math.nextafter(end, math.inf) if closed else end)
     ps.tok_s = ps.output_tokens / (end - start) if end > start else 0.0
-    add_telemetry(ps, steps_in(telemetry, t0_wall, start, end))
+    add_telemetry(ps, steps_in(telemetry, t0_wall, start, end), decisions)
     return ps
 
 
 def config_stats(
-    records: list[RequestRecord], telemetry: list[Telemetry], t0_wall: float, ws: list[Window]
+    records: list[RequestRecord],
+    telemetry: list[Telemetry],
+    decisions: list[Decision],
+    t0_wall: float,
+    ws: list[Window],
 ) -> list[PhaseStats]:
     """One PhaseStats per window, then the whole run (label ``all``: to the last [DONE])."""
+    by_version = {d.version: d for d in decisions}
     out = [
         phase_stats(w.label, w.start_s, w.end_s, [r for r in records if r.window == w.index],
-                    records, telemetry, t0_wall)
+                    records, telemetry, t0_wall, by_version)
         for w in ws
     ]  # fmt: skip
     end = makespan(records) or (ws[-1].end_s if ws else 0.0)
-    out.append(phase_stats(WHOLE_RUN, 0.0, end, records, records, telemetry, t0_wall, closed=True))
+    out.append(
+        phase_stats(WHOLE_RUN, 0.0, end, records, records, telemetry, t0_wall, by_version, closed=True)
+    )
     return out

@@ -34,18 +34,35 @@ def plot_timelines(runs: list[ConfigRun], ws: list[Window], path: Path) -> Path:
         ax.set_title(run.config.spec(), fontsize=8, loc="left")
         ax2 = ax.twinx()
         gamma = [np.nan if g is None else g for g in tl.gamma]
-        ax2.step(tl.t, gamma, where="mid", color="tab:orange", lw=1.0, label="mean γ")
+        decided = [np.nan if g is None else g for g in tl.decided_gamma]
+        ax2.step(tl.t, gamma, where="mid", color="tab:orange", lw=1.0, label="γ run")
+        ax2.step(tl.t, decided, where="mid", color="tab:purple", lw=1.0, ls="--", label="γ decided")
         for e in tl.offload_events:
             if e["source"] == "worker":
                 ax2.axvline(e["t"], color="tab:red" if e["offload"] else "tab:green", ls=":", lw=0.8)
         ax2.set_ylabel("γ", color="tab:orange")
-        ax2.set_ylim(bottom=-0.2, top=max([1.0, *[g for g in tl.gamma if g is not None]]) + 0.5)
+        top = max([1.0, *[g for g in tl.gamma + tl.decided_gamma if g is not None]])
+        ax2.set_ylim(bottom=-0.2, top=top + 0.5)
+    axes[0, 0].figure.legend(*_handles(axes[0, 0]), loc="upper right", fontsize=7)
     axes[-1, 0].set_xlabel("seconds since the first phase began")
     fig.suptitle("Throughput and γ over time (dotted: draft offloaded red / reloaded green)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _handles(ax: plt.Axes) -> tuple[list[object], list[str]]:
+    """The legend entries of an axes and of its twin (the γ axis)."""
+    handles: list[object] = []
+    labels: list[str] = []
+    for a in (ax, *ax.get_shared_x_axes().get_siblings(ax)):
+        h, lab = a.get_legend_handles_labels()
+        for one, name in zip(h, lab, strict=True):
+            if name not in labels:
+                handles.append(one)
+                labels.append(name)
+    return handles, labels
 
 
 def _cdf(ax: plt.Axes, values: list[float], label: str) -> None:

@@ -11,7 +11,7 @@ from benchmarks.load.verdict import verdict_markdown
 
 HEADER = (
     "| config | phase | requests ok/sent | out tok/s | TTFT p50 / p99 ms | TPOT p50 / p99 ms "
-    "| E2E p50 / p99 s | acceptance | mean γ | γ mix | drafters | offloaded | KV max |"
+    "| E2E p50 / p99 s | acceptance | γ run / decided | γ mix | drafters | offloaded | KV max |"
 )
 RULE = "|" + "---|" * 13
 
@@ -36,7 +36,7 @@ def stats_row(config: str, p: PhaseStats) -> str:
     return (
         f"| {config} | {p.label} | {p.completed}/{p.requests} | {p.tok_s:.1f} "
         f"| {_ms(p.ttft)} | {_ms(p.tpot)} | {_s(p.e2e)} | {_opt(p.acceptance, '.2f')} "
-        f"| {_opt(p.mean_gamma, '.2f')} | {_mix(p.gamma_share)} "
+        f"| {_opt(p.mean_gamma, '.2f')} / {_opt(p.decided_gamma, '.2f')} | {_mix(p.gamma_share)} "
         f"| {_mix(p.drafter_share)} | {_opt(p.offloaded_share, '.0%')} | {_opt(p.kv_max, '.0%')} |"
     )
 
@@ -67,7 +67,9 @@ def render(result: BenchResult) -> str:
         "Timings come from one machine whose cores may be shared; expect noise of several percent.",
         "Phase throughput counts tokens streamed inside the phase's window; `all` divides every token",
         "by the makespan (to the last response). Latencies of a phase are those of requests arriving in",
-        "it. Acceptance, γ, drafters, offload and KV come from the worker's telemetry.",
+        "it. Acceptance, γ, drafters, offload and KV come from the worker's telemetry: γ run is the",
+        "mean γ of the decode steps, γ decided the mean γ that the decision each step ran under gave",
+        "its batch size (they differ when the engine cannot follow the planner, e.g. without a drafter).",
         "",
         HEADER,
         RULE,

@@ -76,7 +76,7 @@ async def run_config(
         bar.close()
     ws = windows(s.phases)
     records = result.records
-    stats = config_stats(records, collector.telemetry, result.t0_wall, ws)
+    stats = config_stats(records, collector.telemetry, collector.decisions, result.t0_wall, ws)
     end = max(makespan(records), ws[-1].end_s)
     timeline = build_timeline(records, collector.telemetry, collector.decisions, result.t0_wall, end, s.bin_s)
     return ConfigRun(

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.load.client import RequestRecord
-from benchmarks.load.metrics import is_step
+from benchmarks.load.metrics import decided_gamma, is_step
 from shared.schemas import Decision, Telemetry
 
 
@@ -20,6 +20,7 @@ class Timeline:
     tok_s: list[float] = field(default_factory=list)  # streamed to clients
     server_tok_s: list[float] = field(default_factory=list)  # emitted by the engine
     gamma: list[float | None] = field(default_factory=list)  # mean γ of the decode steps
+    decided_gamma: list[float | None] = field(default_factory=list)  # what their decisions asked
     batch: list[float | None] = field(default_factory=list)
     acceptance: list[float | None] = field(default_factory=list)
     kv: list[float | None] = field(default_factory=list)
@@ -52,6 +53,7 @@ def build_timeline(
         rel = tm.ts - t0_wall
         if is_step(tm) and 0 <= rel < n * bin_s:
             steps[int(rel // bin_s)].append(tm)
+    by_version = {d.version: d for d in decisions}
     tl = Timeline(bin_s)
     for i in range(n):
         s = steps[i]
@@ -61,6 +63,9 @@ def build_timeline(
         tl.tok_s.append(tok[i] / bin_s)
         tl.server_tok_s.append(sum(x.num_tokens for x in s) / bin_s)
         tl.gamma.append(_mean([float(x.gamma) for x in decode]))
+        tl.decided_gamma.append(
+            _mean([float(g) for x in decode if (g := decided_gamma(x, by_version)) is not None])
+        )
         tl.batch.append(_mean([float(x.batch_size) for x in decode]))
         tl.acceptance.append(sum(x.accepted for x in s) / proposed if proposed else None)
         tl.kv.append(_mean([1.0 - x.free_blocks / x.total_blocks for x in s if x.total_blocks > 0]))

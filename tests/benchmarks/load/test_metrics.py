@@ -7,7 +7,7 @@ import pytest
 from benchmarks.load.client import RequestRecord
 from benchmarks.load.metrics import WHOLE_RUN, config_stats, dist, tokens_in
 from benchmarks.load.phases import parse_phases, windows
-from shared.schemas import Telemetry
+from shared.schemas import Decision, Telemetry
 
 T0_WALL = 1_000_000.0
 
@@ -58,11 +58,13 @@ def test_config_stats_per_phase_and_whole_run() -> None:
         step(2.0, batch_size=1, num_tokens=2, gamma=0),
         step(3.0, batch_size=0),  # an idle heartbeat is no step
         step(12.0, batch_size=2, num_tokens=6, gamma=4, drafter="d1", proposed=8, accepted=6,
-             free_blocks=25, total_blocks=100),
+             free_blocks=25, total_blocks=100, decision_version=1),
         step(13.0, batch_size=2, num_tokens=3, gamma=2, drafter="d2", proposed=4, accepted=0,
-             free_blocks=75, total_blocks=100, draft_resident=False),
+             free_blocks=75, total_blocks=100, draft_resident=False, decision_version=2),
     ]  # fmt: skip
-    low, high, whole = config_stats(records, telemetry, T0_WALL, ws)
+    decisions = [Decision(version=1, policy="p", gamma_table=[(1, 4), (8, 3)]),
+                 Decision(version=2, policy="p", gamma_table=[(1 << 30, 1)])]  # fmt: skip
+    low, high, whole = config_stats(records, telemetry, decisions, T0_WALL, ws)
     assert (low.label, low.requests, low.completed, low.errors) == ("low#0", 1, 1, 0)
     assert low.output_tokens == pytest.approx(4.0)
     assert low.tok_s == pytest.approx(0.4)
@@ -75,6 +77,8 @@ def test_config_stats_per_phase_and_whole_run() -> None:
     assert (high.proposed, high.accepted) == (12, 6)
     assert high.acceptance == pytest.approx(0.5)
     assert high.mean_gamma == pytest.approx(3.0)
+    assert high.decided_gamma == pytest.approx(2.0)  # (3 for batch 2 under v1) + (1 under v2)
+    assert low.decided_gamma is None  # its step ran under no known decision
     assert high.gamma_share == {2: 0.5, 4: 0.5}
     assert high.drafter_share == {"d1": 0.5, "d2": 0.5}
     assert high.offloaded_share == pytest.approx(0.5)
