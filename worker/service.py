@@ -172,8 +172,10 @@ class WorkerService:
             log.warning("telemetry not published: %s", exc)
 
     async def _handle(self, outputs: list[RequestOutput]) -> None:
-        """Write the step's events, then the results of ended jobs, then acknowledge them."""
-        pipe = self.r.pipeline(transaction=False)
+        """Write the step's events and the results of ended jobs and acknowledge those, in one
+        transaction: a reader never sees a result whose entry is still pending, and an entry
+        is never acknowledged without its result."""
+        pipe = self.r.pipeline(transaction=True)
         ended: list[JobRun] = []
         for out in outputs:
             run = self.active.get(out.request_id)
@@ -197,10 +199,11 @@ class WorkerService:
                 jobs.add_events(pipe, run.job_id, list(events))
             jobs.add_result(pipe, final)
             ended.append(run)
+        if ended:
+            pipe.xack(keys.JOBS_STREAM, keys.JOBS_GROUP, *(run.entry_id for run in ended))
         if len(pipe):
             await pipe.execute()
         if ended:
-            await self.intake.ack(*(run.entry_id for run in ended))
             for run in ended:
                 del self.active[run.job_id]
             self.jobs_ended += len(ended)
