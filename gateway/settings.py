@@ -8,7 +8,7 @@ from dataclasses import dataclass
 @dataclass
 class GatewaySettings:
     redis_url: str = "memory://"
-    max_queue: int = 1000  # reject new jobs (429) when the job stream holds more than this
+    max_queue: int = 1000  # reject new jobs (429) while this many are waiting or running
     admin_token: str | None = None  # bearer token of /admin routes; None disables them (503)
     default_max_tokens: int = 256  # chat completions without max_tokens
     keepalive_s: float = 15.0  # SSE comment lines while a job is quiet

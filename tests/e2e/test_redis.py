@@ -199,7 +199,7 @@ async def test_killed_worker_job_is_taken_over_and_completes(
     cluster: Cluster, gw: httpx.AsyncClient, r: aioredis.Redis
 ) -> None:
     tok = _tokenizer(cluster.model_dir)
-    prompt, n = "Speculative decoding", 400
+    prompt, n = "Speculative decoding", 240
     job_id = (
         await gw.post("/v1/jobs", json={"prompt": prompt, "params": {"max_tokens": n, "ignore_eos": True}})
     ).json()["id"]
