@@ -97,7 +97,10 @@ def _row(name: str, tokens: int, walls: list[float], latencies: list[float], not
 def run_baseline(s: BaselineSettings, prompts: list[str], max_tokens: list[int]) -> list[BaselineRow]:
     """Rows for static batching and (with a drafter) assisted vs plain batch-1 generation."""
     import torch
+    from transformers.utils import logging as hf_logging
 
+    # generate() warns about its own min-length processor under assisted generation: noise here.
+    hf_logging.set_verbosity_error()
     device = torch.device(s.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = (
         getattr(torch, s.dtype) if s.dtype else (torch.float32 if device.type == "cpu" else torch.bfloat16)

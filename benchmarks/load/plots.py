@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -19,8 +20,8 @@ def _shade_phases(ax: plt.Axes, ws: list[Window]) -> None:
     for w in ws:
         if w.index % 2:
             ax.axvspan(w.start_s, w.end_s, color="0.92", zorder=0)
-        ax.text((w.start_s + w.end_s) / 2, 1.0, w.phase.name, transform=ax.get_xaxis_transform(),
-                ha="center", va="bottom", fontsize=7, color="0.35")  # fmt: skip
+        ax.text((w.start_s + w.end_s) / 2, 0.97, w.phase.name, transform=ax.get_xaxis_transform(),
+                ha="center", va="top", fontsize=7, color="0.35")  # fmt: skip
 
 
 def plot_timelines(runs: list[ConfigRun], ws: list[Window], path: Path) -> Path:
@@ -37,6 +38,7 @@ def plot_timelines(runs: list[ConfigRun], ws: list[Window], path: Path) -> Path:
         decided = [np.nan if g is None else g for g in tl.decided_gamma]
         ax2.step(tl.t, gamma, where="mid", color="tab:orange", lw=1.0, label="γ run")
         ax2.step(tl.t, decided, where="mid", color="tab:purple", lw=1.0, ls="--", label="γ decided")
+        _mark_drafters(ax, tl.decisions)
         for e in tl.offload_events:
             if e["source"] == "worker":
                 ax2.axvline(e["t"], color="tab:red" if e["offload"] else "tab:green", ls=":", lw=0.8)
@@ -50,6 +52,18 @@ def plot_timelines(runs: list[ConfigRun], ws: list[Window], path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _mark_drafters(ax: plt.Axes, decisions: list[dict[str, Any]]) -> None:
+    """Name the decided drafter where it changes (the one in force at the start at 0 s)."""
+    last: object = ()
+    for d in decisions:
+        if d["drafter"] != last and d["t"] is not None:
+            name = str(d["drafter"] or "default drafter")
+            at = (max(float(d["t"]), 0.0), 0.03)
+            ax.annotate(name, at, xycoords=("data", "axes fraction"), fontsize=6, color="tab:purple",
+                        rotation=90, va="bottom")  # fmt: skip
+        last = d["drafter"]
 
 
 def _handles(ax: plt.Axes) -> tuple[list[object], list[str]]:

@@ -99,8 +99,8 @@ def run_configs(
     s: RunSettings,
     deadline: float | None = None,
 ) -> tuple[list[ConfigRun], list[str]]:
-    """Run each configuration in turn; one that would end past ``deadline`` (monotonic
-    seconds, judged by the longest configuration so far) is skipped with a note."""
+    """Run each configuration in turn; one that fails, or that would end past ``deadline``
+    (monotonic seconds, judged by the longest configuration so far), gets a note instead."""
     runs: list[ConfigRun] = []
     notes: list[str] = []
     longest = 0.0
@@ -111,8 +111,12 @@ def run_configs(
             continue
         log.info("running %s", cfg.spec())
         started = time.monotonic()
-        # A fresh event loop per configuration: nothing of one run can linger into the next.
-        runs.append(anyio.run(run_config, cfg, plan, warmups, s))
+        try:
+            # A fresh event loop per configuration: nothing of one run can linger into the next.
+            runs.append(anyio.run(run_config, cfg, plan, warmups, s))
+        except Exception as exc:  # one broken configuration must not cost the others' results
+            log.exception("configuration %s failed", cfg.name)
+            notes.append(f"{cfg.name}: failed: {type(exc).__name__}: {exc}")
         longest = max(longest, time.monotonic() - started)
     return runs, notes
 

@@ -81,3 +81,30 @@ def test_bad_input_exits_2(
     assert main([str(workload), "--model", str(target.parent / "missing")]) == 2
     err = capsys.readouterr().err
     assert err.count("nightjar bench: error:") == 3
+
+
+def test_run_configs_notes_failures_and_the_time_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks.load import runner
+    from benchmarks.load.configs import BenchConfig
+    from benchmarks.load.phases import parse_phases
+    from benchmarks.load.trio import TrioOptions
+
+    ran: list[str] = []
+
+    async def fake_run_config(cfg: BenchConfig, *_: object) -> str:
+        ran.append(cfg.name)
+        if cfg.name == "broken":
+            raise RuntimeError("engine would not load")
+        return cfg.name
+
+    monkeypatch.setattr(runner, "run_config", fake_run_config)
+    settings = runner.RunSettings(parse_phases("a:1:1"), TrioOptions("unused"))
+    configs = [BenchConfig("a", "static"), BenchConfig("broken", "static"), BenchConfig("b", "static")]
+    runs, notes = runner.run_configs(configs, [], [], settings)
+    assert runs == ["a", "b"]
+    assert notes == ["broken: failed: RuntimeError: engine would not load"]
+
+    ran.clear()
+    runs, notes = runner.run_configs(configs, [], [], settings, deadline=0.0)
+    assert (runs, ran) == ([], [])
+    assert [n.split(":")[0] for n in notes] == ["a", "broken", "b"]
