@@ -22,6 +22,8 @@ from typing import Any
 from planner.policies.signals import Draws
 
 EXPLORE_RULES = ("paper", "fork", "per-block")
+Z = 3.0  # width of the confidence bounds that retire an arm from exploration
+MIN_SAMPLES = 8  # an arm with fewer steps is always still plausible
 
 
 class BinGreedy:
@@ -43,6 +45,8 @@ class BinGreedy:
         self.counts = [0] * n_arms
         self.seconds = [0.0] * n_arms  # per-sequence step time, summed
         self.tokens = [0.0] * n_arms  # tokens per sequence, summed
+        self.ratio_sum = [0.0] * n_arms  # per-step latency per token, and its square, summed:
+        self.ratio_sq = [0.0] * n_arms  # the spread of single steps, for confidence bounds
 
     @property
     def block_steps(self) -> int:
@@ -61,6 +65,9 @@ class BinGreedy:
         self.counts[arm] += 1
         self.seconds[arm] += seconds
         self.tokens[arm] += tokens
+        r = seconds / tokens if tokens > 0 else 0.0
+        self.ratio_sum[arm] += r
+        self.ratio_sq[arm] += r * r
 
     @property
     def means(self) -> list[float]:
@@ -75,6 +82,30 @@ class BinGreedy:
         if could_run:
             self.seen += 1
         return self.matched >= self.bin_length or self.seen >= self.bin_length + self.slack
+
+    def stderr(self, arm: int) -> float:
+        """Standard error of an arm's mean loss, from the spread of its single steps."""
+        n = self.counts[arm]
+        if n < 2:
+            return math.inf
+        mean = self.ratio_sum[arm] / n
+        var = max(self.ratio_sq[arm] / n - mean * mean, 0.0)
+        return math.sqrt(var / (n - 1))
+
+    def plausible(self) -> list[int]:
+        """Arms not yet shown worse than the best (mean − Z·se above the best's mean + Z·se):
+        exploration draws among these only, so a γ that is clearly bad stops being tried."""
+        means = self.means
+        tried = [a for a in range(self.n_arms) if self.counts[a] >= MIN_SAMPLES]
+        if not tried:
+            return list(range(self.n_arms))
+        best = min(tried, key=lambda a: means[a])
+        bar = means[best] + Z * self.stderr(best)
+        return [
+            a
+            for a in range(self.n_arms)
+            if self.counts[a] < MIN_SAMPLES or means[a] - Z * self.stderr(a) <= bar
+        ]
 
     def greedy(self, switch_now: float = 0.0, switch_on: float = 0.0, switch_off: float = 0.0) -> int:
         """Untried arms first (lowest γ), else the arm with the least expected loss per step.
@@ -109,7 +140,8 @@ class BinGreedy:
             p = 1.0 / self.bin
         self.explore = draws.uniform() < p
         if self.explore:
-            self.arm = min(int(draws.uniform() * self.n_arms), self.n_arms - 1)
+            arms = self.plausible()
+            self.arm = arms[min(int(draws.uniform() * len(arms)), len(arms) - 1)]
         else:
             self.arm = self.greedy(*switch)
         self.matched = 0
@@ -128,6 +160,7 @@ class BinGreedy:
             "explore": self.explore,
             "matched": self.matched, "seen": self.seen,
             "counts": list(self.counts), "seconds": list(self.seconds), "tokens": list(self.tokens),
+            "ratio_sum": list(self.ratio_sum), "ratio_sq": list(self.ratio_sq),
         }  # fmt: skip
 
     def load_state_dict(self, s: dict[str, Any]) -> None:
@@ -140,3 +173,5 @@ class BinGreedy:
         self.counts = [int(c) for c in s["counts"]]
         self.seconds = [float(x) for x in s["seconds"]]
         self.tokens = [float(x) for x in s["tokens"]]
+        self.ratio_sum = [float(x) for x in s["ratio_sum"]]
+        self.ratio_sq = [float(x) for x in s["ratio_sq"]]
