@@ -2,9 +2,9 @@
 
 Time counts the decoding steps observed in this bucket. Block j lasts H_j = 2^(j−1) steps and
 is cut into bins of max(1, ⌊√H_j⌋) steps. At each bin start a coin decides whether the bin
-explores (a uniformly random γ) or exploits (the argmin of the empirical loss plus the
-switching cost, see ``greedy``); the arm then stays fixed for the whole bin, which bounds how
-often γ can change. The coin's probability is 1/b with b the bucket's bin counter
+explores (a uniformly random γ among those still ``plausible``) or exploits (the argmin of
+the empirical loss plus the switching cost, see ``greedy``); the arm then stays fixed for the
+whole bin, which bounds how often γ can change. The coin's probability is 1/b with b the bucket's bin counter
 (``paper``), 1/√b with b the bin's index within its block (``fork``, the authors' code), or
 1/b with b the index within the block (``per-block``).
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from planner.policies.bingreedy import BinGreedy
@@ -88,3 +89,23 @@ def test_state_round_trip() -> None:
     assert c.state_dict() == b.state_dict()
     with pytest.raises(ValueError):
         BinGreedy(4).load_state_dict(b.state_dict())
+
+
+def test_clearly_worse_arms_retire_from_exploration() -> None:
+    b = BinGreedy(3)
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        b.record(0, 0.010 * (1 + 0.05 * rng.standard_normal()), 1.0)
+        b.record(1, 0.0102 * (1 + 0.05 * rng.standard_normal()), 1.0)  # within the noise
+        b.record(2, 0.020 * (1 + 0.05 * rng.standard_normal()), 1.0)  # twice as slow
+    assert b.plausible() == [0, 1]
+    draws = Draws(2)
+    arms = set()
+    for _ in range(300):
+        b.start_bin(draws)
+        if b.explore:
+            arms.add(b.arm)
+    assert arms == {0, 1}
+    fresh = BinGreedy(3)
+    fresh.record(2, 0.5, 1.0)
+    assert fresh.plausible() == [0, 1, 2]  # too few samples to judge
