@@ -3,7 +3,8 @@
     nightjar bench WORKLOAD [--phases low:0.5:60,high:6:120,low:0.5:60] [--config NAME=POLICY:k=v ...]
 
 Bad input gives one line on stderr and exit code 2; a run that completes exits 0 whatever
-the verdict (the verdict is a finding, printed and written to the report).
+the verdict (the verdict is a finding, printed and written to the report). ``nightjar bench
+ARGS`` is ``main(ARGS)``: the arguments after the subcommand's name.
 """
 
 from __future__ import annotations
@@ -79,7 +80,10 @@ def engine_options(items: list[str] | None) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or argparse's own usage error (it printed the message)
+        return int(exc.code or 0)
     level = logging.getLevelName(str(args.log_level).upper())
     if not isinstance(level, int):
         print(f"nightjar bench: error: unknown log level {args.log_level!r}", file=sys.stderr)

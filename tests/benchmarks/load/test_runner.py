@@ -81,6 +81,8 @@ def test_bad_input_exits_2(
     assert main([str(workload), "--model", str(target.parent / "missing")]) == 2
     err = capsys.readouterr().err
     assert err.count("nightjar bench: error:") == 3
+    assert main(["--no-such-flag"]) == 2
+    assert main(["--help"]) == 0
 
 
 def test_run_configs_notes_failures_and_the_time_budget(monkeypatch: pytest.MonkeyPatch) -> None:
