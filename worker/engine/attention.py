@@ -33,7 +33,7 @@ class AttentionGroup:
     context_lens: torch.Tensor  # [B] int32: cached tokens including this step's rows
     query_lens: torch.Tensor  # [B] int32
     block_ids: torch.Tensor  # [B * pages] int64: pages to gather on the torch path
-    mask: torch.Tensor  # [B, 1, Q * G, pages * block_size] bool, rows ordered (query, head)
+    mask: torch.Tensor  # [B, 1, Q * G, pages * block_size] additive, rows ordered (query, head)
 
     @property
     def num_rows(self) -> int:
@@ -48,6 +48,7 @@ def plan_group(
     block_size: int,
     group_size: int,
     device: torch.device,
+    dtype: torch.dtype,
 ) -> AttentionGroup:
     """Plan attention for sequences that each send ``num_queries`` rows ending at their
     context length. ``group_size`` is query heads per KV head."""
@@ -58,7 +59,9 @@ def plan_group(
     ctx = torch.tensor(context_lens, dtype=torch.int32, device=device)
     key_pos = torch.arange(pages * block_size, device=device)
     q_pos = (ctx - num_queries).unsqueeze(1) + torch.arange(num_queries, device=device)  # [B, Q]
-    mask = key_pos.view(1, 1, -1) <= q_pos.unsqueeze(-1)  # causal; also hides padded pages
+    visible = key_pos.view(1, 1, -1) <= q_pos.unsqueeze(-1)  # causal; also hides padded pages
+    # Additive, so SDPA does not convert a boolean mask again in every layer.
+    mask = torch.zeros(visible.shape, device=device, dtype=dtype).masked_fill_(~visible, float("-inf"))
     mask = mask.unsqueeze(2).expand(b, num_queries, group_size, -1)
     return AttentionGroup(
         row_start=row_start,
@@ -97,7 +100,10 @@ def group_attention(
     pages = kv_layer.index_select(1, group.block_ids).view(2, b, -1, kvh, d)
     k, v = pages[0].transpose(1, 2), pages[1].transpose(1, 2)  # [B, KVH, L, D]
     # Query head j uses KV head j // g (transformers' repeat_kv order), so heads of a KV
-    # group are consecutive: stack them as extra query rows.
+    # group are consecutive: stack them as extra query rows (a plain view for decode rows).
+    if nq == 1:
+        out = F.scaled_dot_product_attention(q.view(b, kvh, g, d), k, v, attn_mask=group.mask, scale=scale)
+        return out.view(b, h, d)
     qg = q.view(b, nq, kvh, g, d).permute(0, 2, 1, 3, 4).reshape(b, kvh, nq * g, d)
     out = F.scaled_dot_product_attention(qg, k, v, attn_mask=group.mask, scale=scale)
     return out.view(b, kvh, nq, g, d).permute(0, 2, 1, 3, 4).reshape(b * nq, h, d)

@@ -35,6 +35,12 @@ class LayerWeights:
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     dtype = x.dtype
+    if dtype == torch.float32:
+        # One fused op; in fp32 it rounds like transformers' multi-op form below. A 2-D
+        # weight (per-head q/k norms stacked) is applied after normalising the last dim.
+        if weight.dim() == 1:
+            return F.rms_norm(x, weight.shape, weight, eps)
+        return F.rms_norm(x, (x.shape[-1],), None, eps) * weight
     x32 = x.float()
     x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
     return weight * x32.to(dtype)

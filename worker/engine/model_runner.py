@@ -74,6 +74,7 @@ class ModelRunner:
                         bs,
                         self.group_size,
                         self.device,
+                        self.dtype,
                     )
                 )
                 pending.clear()

@@ -11,7 +11,7 @@ import pytest
 
 from shared.schemas import SamplingParams
 from tests.worker.engine.drive import drive
-from tests.worker.engine.tiny import VOCAB, hf_greedy, hf_model
+from tests.worker.engine.tiny import ARCHS, VOCAB, hf_greedy, hf_model
 from worker.engine import load_engine
 from worker.engine.api import EngineRequest
 from worker.engine.engine import LLMEngine
@@ -210,3 +210,14 @@ def test_load_engine_reports_eos_and_options(llama_dir: Path) -> None:
     assert engine.runner.cache.num_blocks == 7
     with pytest.raises(TypeError, match="unknown engine options"):
         load_engine(llama_dir, num_blockz=3)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_every_architecture_generates_exactly(arch: str, tiny_models: dict[str, Path]) -> None:
+    hf = hf_model(tiny_models[arch])
+    prompts = PROMPTS[:10]
+    refs = [hf_greedy(hf, p, 12, stop_at_eos=False) for p in prompts]
+    engine = load_engine(tiny_models[arch], block_size=4, num_blocks=40, max_num_batched_tokens=20)
+    params = SamplingParams(max_tokens=12, ignore_eos=True)
+    run = drive(engine, [EngineRequest(str(i), p, params) for i, p in enumerate(prompts)], per_step=2)
+    check_exact(run.tokens, refs)
