@@ -44,6 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--warmup", type=int, default=4, help="warm-up requests per configuration")
     p.add_argument("--warmup-tokens", type=int, default=8)
+    p.add_argument("--services", choices=("inprocess", "processes"), default="inprocess",
+                   help="in this process on memory://, or nightjar processes on --redis-url")  # fmt: skip
+    p.add_argument("--redis-url", default=None,
+                   help="processes: this Redis (its nj:* keys are deleted before each config)")  # fmt: skip
     p.add_argument("--max-jobs", type=int, default=16, help="worker: jobs held at once")
     p.add_argument("--engine-opt", action="append", metavar="KEY=VALUE", help="engine option (repeat)")
     p.add_argument("--threads", type=int, default=None, help="torch threads")

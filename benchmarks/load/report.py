@@ -56,7 +56,8 @@ def render(result: BenchResult) -> str:
         "",
         f"- command: `{m.get('command', '')}`",
         f"- machine: {m.get('machine', '')}",
-        f"- model: `{m.get('model', '')}`; engine options: {m.get('engine', {}) or 'defaults'}",
+        f"- model: `{m.get('model', '')}`; engine options: {m.get('engine', {}) or 'defaults'}; "
+        f"services: {m.get('services', '')}",
         f"- workload: `{m.get('workload', '')}` ({m.get('workload_format', '')}, "
         f"{m.get('prompts', 0)} usable prompts); endpoint {m.get('endpoint', '')}; "
         f"output lengths {m.get('lengths', '')}; ignore_eos",

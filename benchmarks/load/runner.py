@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +24,8 @@ from benchmarks.load.plan import PlannedRequest
 from benchmarks.load.report import write_markdown
 from benchmarks.load.results import BaselineRow, BenchResult, ConfigRun, write_json
 from benchmarks.load.timeline import build_timeline
-from benchmarks.load.trio import TrioOptions, running_trio
+from benchmarks.load.trio import Trio, TrioOptions, running_trio
+from benchmarks.load.trio_procs import process_trio
 from benchmarks.load.verdict import TOLERANCE, judge
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,9 @@ class RunSettings:
     target: str = "nightjar"
     tolerance: float = TOLERANCE
     progress: bool = True
+    services: str = "inprocess"  # or "processes": three nightjar processes on ``redis_url``
+    redis_url: str | None = None
+    log_dir: Path = Path("runs/bench-logs")  # the service processes' logs
 
 
 @dataclass
@@ -50,11 +55,20 @@ class Outputs:
     cdf_png: Path
 
 
+def services(cfg: BenchConfig, s: RunSettings) -> AbstractAsyncContextManager[Trio]:
+    """Fresh services for ``cfg``: in this process on an embedded Redis, or as processes."""
+    if s.services == "processes":
+        if not s.redis_url:
+            raise ValueError("--services processes needs --redis-url redis://HOST:PORT/DB")
+        return process_trio(cfg, s.trio, s.redis_url, s.log_dir)
+    return running_trio(cfg, s.trio)
+
+
 async def run_config(
     cfg: BenchConfig, plan: list[PlannedRequest], warmups: list[PlannedRequest], s: RunSettings
 ) -> ConfigRun:
     """One configuration: fresh services, warm-up, the timed replay, the streams read meanwhile."""
-    async with running_trio(cfg, s.trio) as trio, new_client(trio.base_url, s.request_timeout_s) as client:
+    async with services(cfg, s) as trio, new_client(trio.base_url, s.request_timeout_s) as client:
         warmup_errors = await warm_up(client, warmups, s.client) if warmups else []
         collector = StreamCollector(trio.redis)
         stop = anyio.Event()

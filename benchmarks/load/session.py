@@ -68,14 +68,23 @@ def run(args: argparse.Namespace, out_dir: Path, command: str) -> tuple[BenchRes
     warmups = warmup_requests(items, args.warmup, args.warmup_tokens)
     settings = RunSettings(
         phases=phases,
-        trio=TrioOptions(args.model, max_jobs=args.max_jobs, engine=engine_options(args.engine_opt)),
+        trio=TrioOptions(
+            args.model, max_jobs=args.max_jobs, engine=engine_options(args.engine_opt), threads=args.threads
+        ),
         client=ClientOptions(endpoint=args.endpoint, temperature=args.temperature),
         drain_timeout_s=args.drain_timeout,
         bin_s=args.bin,
         target=args.target,
         tolerance=args.tolerance,
         progress=not args.no_progress,
+        services=args.services,
+        redis_url=args.redis_url,
+        log_dir=out_dir / "logs",
     )
+    if args.services == "processes" and not (args.redis_url or "").startswith(
+        ("redis://", "rediss://", "unix://")
+    ):
+        raise BenchError("--services processes needs --redis-url redis://HOST:PORT/DB (a real Redis)")
     for note in skipped:
         log.warning("%s", note)
     deadline = t_start + args.time_budget if args.time_budget else None
@@ -93,6 +102,8 @@ def run(args: argparse.Namespace, out_dir: Path, command: str) -> tuple[BenchRes
         "machine": machine(),
         "model": args.model,
         "engine": settings.trio.engine,
+        "services": args.services
+        + (f" on {args.redis_url}" if args.services == "processes" else " (memory://)"),
         "workload": args.workload,
         "workload_format": workload.format,
         "prompts": len(items),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,15 +44,16 @@ class TrioOptions:
     max_jobs: int = 16
     max_queue: int = 100_000  # the benchmark measures queueing; it must not be refused
     engine: dict[str, Any] = field(default_factory=dict)
+    threads: int | None = None  # torch threads of a worker process (in-process: the caller's)
     start_timeout_s: float = 300.0
 
 
 @dataclass
 class Trio:
+    """What the benchmark needs of running services: the gateway, and their Redis."""
+
     base_url: str
     redis: aioredis.Redis
-    worker: WorkerService
-    planner: PlannerService
 
 
 def free_port() -> int:
@@ -62,17 +63,35 @@ def free_port() -> int:
         return port
 
 
-async def _ready(base_url: str, r: aioredis.Redis, deadline: float) -> None:
-    """Wait until the gateway answers, the worker is listed and runs a planner decision."""
+def _nothing() -> None:
+    pass
+
+
+async def wait_for_decision(r: aioredis.Redis, deadline: float, alive: Callable[[], None] = _nothing) -> None:
+    """Until the planner has published its first decision; ``alive`` raises if it died."""
+    while not await r.exists(keys.DECISION_LATEST):
+        alive()
+        if time.monotonic() > deadline:
+            raise TimeoutError("the planner published no decision")
+        await anyio.sleep(0.05)
+
+
+async def is_ready(client: httpx.AsyncClient, r: aioredis.Redis) -> bool:
+    """The gateway answers, lists the worker, and the worker runs a planner decision."""
+    try:
+        health = (await client.get("/health")).json()
+    except (httpx.HTTPError, ValueError):
+        return False
+    ack = await r.hget(keys.DECISION_ACKS, WORKER_ID)
+    return bool(health.get("workers", 0) >= 1 and ack is not None and int(ack) >= 1)
+
+
+async def wait_ready(
+    base_url: str, r: aioredis.Redis, deadline: float, alive: Callable[[], None] = _nothing
+) -> None:
     async with httpx.AsyncClient(base_url=base_url, timeout=5.0) as client:
-        while True:
-            try:
-                health = (await client.get("/health")).json()
-                ack = await r.hget(keys.DECISION_ACKS, WORKER_ID)
-                if health.get("workers", 0) >= 1 and ack is not None and int(ack) >= 1:
-                    return
-            except httpx.HTTPError:
-                pass
+        while not await is_ready(client, r):
+            alive()
             if time.monotonic() > deadline:
                 raise TimeoutError("the services did not come up (gateway, worker, planner decision)")
             await anyio.sleep(0.1)
@@ -110,15 +129,12 @@ async def running_trio(cfg: BenchConfig, opts: TrioOptions) -> AsyncIterator[Tri
             tg.start_soon(planner.run)
             # The worker starts on the planner's first decision, not on its fallback rule.
             deadline = time.monotonic() + opts.start_timeout_s
-            while not await r.exists(keys.DECISION_LATEST):
-                if time.monotonic() > deadline:
-                    raise TimeoutError("the planner published no decision")
-                await anyio.sleep(0.02)
+            await wait_for_decision(r, deadline)
             tg.start_soon(worker.run)
             tg.start_soon(serve)
-            await _ready(base_url, r, deadline)
+            await wait_ready(base_url, r, deadline)
             log.info("trio up for %s at %s", cfg.name, base_url)
-            yield Trio(base_url, r, worker, planner)
+            yield Trio(base_url, r)
             server.should_exit = True
             with anyio.move_on_after(10):
                 await served.wait()
