@@ -5,7 +5,10 @@
 #   .whl/         wheels of the packages the services need that the GPU image lacks (or has
 #                 at another version), for its Python 3.12 — never a torch wheel: the GPU
 #                 machine has its own CUDA torch;
-#   .bench-data/  the workload file (a transient copy for the trip, never committed).
+#   .bench-data/  the workload file (a transient copy for the trip, never committed), and this
+#                 machine's redis-server with the two libraries the GPU image may lack, so the
+#                 services can run there as separate processes (run_bench.sh falls back to
+#                 in-process services if it does not start).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 for d in /.whl/ /.bench-data/; do
@@ -13,6 +16,13 @@ for d in /.whl/ /.bench-data/; do
 done
 WORKLOAD="${WORKLOAD:-../shared/data/workloads/spec_bench_question.jsonl}"
 mkdir -p .bench-data && cp "$WORKLOAD" .bench-data/
+if command -v redis-server >/dev/null; then
+  mkdir -p .bench-data/redis
+  cp "$(readlink -f "$(command -v redis-server)")" .bench-data/redis/redis-server
+  for lib in $(ldd "$(command -v redis-server)" | awk '/liblzf|libjemalloc/ {print $3}'); do
+    cp "$lib" .bench-data/redis/
+  done
+fi
 PACKAGES=(
   redis==8.1.0 fakeredis==2.41.0
   pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5

@@ -12,7 +12,8 @@
 #
 # Models come with the working tree (models/, the bundled target and drafters). Everything
 # lands in $OUT (default runs/gpu-bench): report.md, results.json, timeline.png,
-# latency_cdf.png, bench.log. Overrides: MODEL, DRAFTER, WORKLOAD, PHASES, MAX_TOKENS,
+# latency_cdf.png, bench.log, and logs.tgz (the services' logs, when they ran as processes).
+# Overrides: MODEL, DRAFTER, WORKLOAD, PHASES, MAX_TOKENS,
 # ENGINE_OPTS (space-separated key=value), CONFIGS (space-separated NAME=POLICY:k=v), BUDGET_S,
 # VENV, REQUIRE_CUDA=0 (a dry run on a CPU).
 set -euo pipefail
@@ -37,6 +38,20 @@ if [ "${REQUIRE_CUDA:-1}" = 1 ]; then  # REQUIRE_CUDA=0: a dry run of this scrip
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 
+# The services as separate processes on a real Redis when one can run (the carried
+# redis-server), so the load client shares no interpreter with the engine; else in-process.
+SERVICE_ARGS=(--services inprocess)
+REDIS_BIN="$(command -v redis-server || echo .bench-data/redis/redis-server)"
+if [ -x "$REDIS_BIN" ] && LD_LIBRARY_PATH=.bench-data/redis "$REDIS_BIN" --port 6390 --bind 127.0.0.1 \
+    --daemonize yes --save "" --appendonly no >/dev/null 2>&1; then
+  for _ in $(seq 50); do
+    "$PY" -c "import redis; redis.Redis(port=6390).ping()" 2>/dev/null && break; sleep 0.1
+  done
+  "$PY" -c "import redis; redis.Redis(port=6390).ping()" 2>/dev/null \
+    && SERVICE_ARGS=(--services processes --redis-url redis://127.0.0.1:6390/0)
+fi
+echo "services: ${SERVICE_ARGS[*]}"
+
 MODEL="${MODEL:-models/nj-target}"
 DRAFTER="${DRAFTER:-models/nj-draft-prose}"
 WORKLOAD="${WORKLOAD:-.bench-data/spec_bench_question.jsonl}"
@@ -56,6 +71,9 @@ set -o pipefail
 "$PY" -m benchmarks.load "$WORKLOAD" --model "$MODEL" --phases "$PHASES" --seed 0 \
   --max-tokens "$MAX_TOKENS" --max-prompt-tokens 512 --max-jobs 64 --warmup 8 \
   --drain-timeout 15 --time-budget "$BUDGET_S" --hf-batch-size 16 --hf-requests 64 --hf-assisted 8 \
-  "${ENGINE_ARGS[@]}" "${CONFIG_ARGS[@]}" "${DRAFTER_ARGS[@]}" --out "$OUT" --no-progress \
-  2>&1 | tee "$OUT/bench.log"
+  "${SERVICE_ARGS[@]}" "${ENGINE_ARGS[@]}" "${CONFIG_ARGS[@]}" "${DRAFTER_ARGS[@]}" --out "$OUT" \
+  --no-progress 2>&1 | tee "$OUT/bench.log"
+"$PY" -c "import redis; redis.Redis(port=6390).shutdown(nosave=True)" 2>/dev/null || true
+# At most 8 files come back from $OUT: the per-service logs travel as one archive.
+if [ -d "$OUT/logs" ]; then tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$OUT/logs"; fi
 echo "done in $(( $(date +%s) - T0 )) s; results in $OUT"
