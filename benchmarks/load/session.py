@@ -91,7 +91,7 @@ def run(args: argparse.Namespace, out_dir: Path, command: str) -> tuple[BenchRes
     runs, late = run_configs(configs, plan, warmups, settings, deadline)
     skipped += late
     if not runs:
-        raise BenchError("no configuration ran within the time budget")
+        raise BenchError("no configuration ran: " + "; ".join(late))
     baseline: list[BaselineRow] = []
     if deadline is None or time.monotonic() < deadline:
         baseline = _baseline(args, [r.item.prompt for r in plan], [r.max_tokens for r in plan])
