@@ -38,10 +38,6 @@ class Trace:
     switch_seconds: float = 0.0
     elapsed: float = 0.0  # virtual seconds
 
-    def throughput(self) -> float:
-        """Tokens per virtual second over the whole run."""
-        return sum(self.tokens) / self.elapsed if self.elapsed > 0 else 0.0
-
     def cumulative_regret(self, steps: int | None = None) -> float:
         return float(np.sum(self.regret[:steps]))
 
