@@ -131,13 +131,14 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--chat", action="store_true", help="send the prompt as a chat message")
 
     sub.add_parser("models", help="build, convert and train the bundled models (training.cli)")
+    sub.add_parser("bench", help="benchmark every policy under dynamic load (benchmarks.load)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] == "models":
-        return _models(argv[1:])
+    if argv and argv[0] in _DELEGATED:
+        return _delegate(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=str(args.log_level).upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -154,10 +155,16 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def _models(argv: list[str]) -> int:
+# Subcommands whose arguments another package parses: name -> module with main(argv) -> int.
+_DELEGATED = {"models": "training.cli", "bench": "benchmarks.load.cli"}
+
+
+def _delegate(command: str, argv: list[str]) -> int:
+    import importlib
+
     try:
-        from training.cli import main as training_main
+        module = importlib.import_module(_DELEGATED[command])
     except ImportError as exc:
-        print(f"nightjar: error: the models command is not available: {exc}", file=sys.stderr)
+        print(f"nightjar: error: the {command} command is not available: {exc}", file=sys.stderr)
         return 2
-    return int(training_main(argv) or 0)
+    return int(module.main(argv) or 0)

@@ -74,3 +74,12 @@ def test_models_delegates_to_training_cli(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setitem(sys.modules, "training.cli", fake)
     assert main(["models", "train", "--out", "x"]) == 7
     assert seen == [["train", "--out", "x"]]
+
+
+def test_bench_delegates_to_the_load_benchmark(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[list[str]] = []
+    fake = types.ModuleType("benchmarks.load.cli")
+    fake.main = lambda argv: seen.append(argv) or 0  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "benchmarks.load.cli", fake)
+    assert main(["bench", "w.jsonl", "--phases", "low:1:5"]) == 0
+    assert seen == [["w.jsonl", "--phases", "low:1:5"]]
