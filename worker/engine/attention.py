@@ -57,12 +57,15 @@ def plan_group(
     padded = [t[:pages] + [0] * (pages - len(t[:pages])) for t in tables]
     block_tables = torch.tensor(padded, dtype=torch.int32, device=device)
     ctx = torch.tensor(context_lens, dtype=torch.int32, device=device)
-    key_pos = torch.arange(pages * block_size, device=device)
-    q_pos = (ctx - num_queries).unsqueeze(1) + torch.arange(num_queries, device=device)  # [B, Q]
-    visible = key_pos.view(1, 1, -1) <= q_pos.unsqueeze(-1)  # causal; also hides padded pages
-    # Additive, so SDPA does not convert a boolean mask again in every layer.
-    mask = torch.zeros(visible.shape, device=device, dtype=dtype).masked_fill_(~visible, float("-inf"))
-    mask = mask.unsqueeze(2).expand(b, num_queries, group_size, -1)
+    if device.type == "cuda":
+        mask = torch.empty(0, device=device)  # the kernel masks by itself
+    else:
+        key_pos = torch.arange(pages * block_size, device=device)
+        q_pos = (ctx - num_queries).unsqueeze(1) + torch.arange(num_queries, device=device)  # [B, Q]
+        visible = key_pos.view(1, 1, -1) <= q_pos.unsqueeze(-1)  # causal; hides padded pages
+        # Additive, so SDPA does not convert a boolean mask again in every layer.
+        mask = torch.zeros(visible.shape, device=device, dtype=dtype).masked_fill_(~visible, float("-inf"))
+        mask = mask.unsqueeze(2).expand(b, num_queries, group_size, -1).reshape(b, 1, -1, visible.shape[-1])
     return AttentionGroup(
         row_start=row_start,
         num_seqs=b,
@@ -71,7 +74,7 @@ def plan_group(
         context_lens=ctx,
         query_lens=torch.full((b,), num_queries, dtype=torch.int32, device=device),
         block_ids=block_tables.flatten().long(),
-        mask=mask.reshape(b, 1, num_queries * group_size, -1),
+        mask=mask,
     )
 
 

@@ -120,8 +120,9 @@ class LLMEngine(Engine):
         return StepResult(outputs, stats)
 
     def _run(self, scheduled: list[Scheduled]) -> list[torch.Tensor | None]:
-        """The target forward; per scheduled sequence, its next-token logits (None while a
-        prompt chunk ends before the prompt does)."""
+        """The target forward; per scheduled sequence, the logits rows it asked for
+        (``[num_logits, V]``: one row, or γ+1 for a verification; None while a prompt chunk
+        ends before the prompt does)."""
         items, owners = [], []
         for k, s in enumerate(scheduled):
             if s.num_new == 0:
@@ -137,11 +138,13 @@ class LLMEngine(Engine):
                 )
             )
             owners.append(k)
-        rows: list[torch.Tensor | None] = [s.seq.cached_logits for s in scheduled]
+        rows: list[torch.Tensor | None] = [
+            None if s.seq.cached_logits is None else s.seq.cached_logits.unsqueeze(0) for s in scheduled
+        ]
         if items:
             logits, first = self.runner.run(items)
             for item, k, f in zip(items, owners, first, strict=True):
-                rows[k] = logits[f] if item.num_logits else None
+                rows[k] = logits[f : f + item.num_logits] if item.num_logits else None
         return rows
 
     def _postprocess(
@@ -154,7 +157,7 @@ class LLMEngine(Engine):
             if row is None:
                 self.blocks.commit(seq.request_id, seq.token_ids, seq.num_computed)
             else:
-                ready.append((seq, row, s.num_new))
+                ready.append((seq, row[-1], s.num_new))
         if not ready:
             return []
         tokens = sample(
@@ -199,22 +202,26 @@ class LLMEngine(Engine):
     # ------------------------------------------------------------------ the inbox
 
     def _drain_inbox(self, touched: list[Sequence], stats: StepStats) -> None:
+        resizes = []
+        # Requests move from the inbox to _seqs under the lock, so has_unfinished() never
+        # sees a request in neither place.
         with self._lock:
-            work = list(self._inbox)
+            for kind, arg in self._inbox:
+                if kind == "add":
+                    touched += self._add(arg)
+                elif kind == "abort":
+                    seq = self._seqs.pop(arg, None)
+                    if seq is not None:
+                        self.scheduler.remove(seq)
+                        seq.finish("cancelled")
+                        touched.append(seq)
+                elif kind == "decision":
+                    self._decision = arg
+                elif kind == "resize":
+                    resizes.append(arg)
             self._inbox.clear()
-        for kind, arg in work:
-            if kind == "add":
-                touched += self._add(arg)
-            elif kind == "abort":
-                seq = self._seqs.pop(arg, None)
-                if seq is not None:
-                    self.scheduler.remove(seq)
-                    seq.finish("cancelled")
-                    touched.append(seq)
-            elif kind == "decision":
-                self._decision = arg
-            elif kind == "resize":
-                stats.memory_events.append(self._resize(arg))
+        for num_blocks in resizes:
+            stats.memory_events.append(self._resize(num_blocks))
 
     def _add(self, req: EngineRequest) -> list[Sequence]:
         seq = Sequence(req.request_id, list(req.prompt_token_ids), req.params, req.priority, req.arrival_time)

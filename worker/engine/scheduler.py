@@ -25,6 +25,7 @@ from worker.engine.sequence import Sequence, Status
 class Scheduled:
     seq: Sequence
     num_new: int  # tokens to compute this step (0: an exact repeat sampled from stored logits)
+    num_lookahead: int = 0  # extra slots reserved after them for draft tokens to verify
 
 
 @dataclass
@@ -75,7 +76,9 @@ class Scheduler:
         seq.reset_for_recompute()
         self.add(seq)
 
-    def schedule(self) -> SchedulerOutput:
+    def schedule(self, num_lookahead: int = 0) -> SchedulerOutput:
+        """Plan one step. ``num_lookahead`` (γ) reserves that many more slots (and budget
+        tokens) after each decoding sequence's last token, for drafts to be verified."""
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
         for seq in sorted(self.running, key=Sequence.sort_key):
@@ -84,7 +87,12 @@ class Scheduler:
             n = min(seq.num_uncomputed, budget)
             if n == 0:
                 break
-            while not self.blocks.allocate(seq.request_id, seq.num_computed, seq.num_computed + n):
+            extra = 0
+            if not seq.prefilling:
+                room = self.max_model_len - len(seq.token_ids)
+                extra = max(0, min(num_lookahead, budget - n, room))
+            end = seq.num_computed + n + extra
+            while not self.blocks.allocate(seq.request_id, seq.num_computed, end):
                 # Scheduled sequences sort before seq, so the victim is never one of them.
                 victim = max(self.running, key=Sequence.sort_key)
                 self.preempt(victim)
@@ -92,8 +100,8 @@ class Scheduler:
                 if victim is seq:
                     break
             else:
-                out.scheduled.append(Scheduled(seq, n))
-                budget -= n
+                out.scheduled.append(Scheduled(seq, n, extra))
+                budget -= n + extra
         if out.preempted:
             return out  # blocks are short: admitting more now would only thrash
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:

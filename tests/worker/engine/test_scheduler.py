@@ -102,3 +102,14 @@ def test_running_limit() -> None:
     for name in "abc":
         sch.add(seq(name, 2))
     assert len(sch.schedule().scheduled) == 2 and len(sch.waiting) == 1
+
+
+def test_lookahead_reserves_draft_slots_for_decoding_sequences_only() -> None:
+    sch = make(tokens=12)
+    sch.add(seq("a", 3))
+    advance(sch.schedule())  # a decodes from now on: 4 tokens, 3 computed
+    sch.add(seq("b", 30))
+    out = sch.schedule(num_lookahead=3)
+    planned = [(s.seq.request_id, s.num_new, s.num_lookahead) for s in out.scheduled]
+    assert planned == [("a", 1, 3), ("b", 8, 0)]
+    assert len(sch.blocks.table("a")) == 2  # positions up to 3 + 1 + 3 = 7
