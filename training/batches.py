@@ -63,11 +63,14 @@ class WindowSampler:
 
 
 class RowSampler:
-    """Random rows (with replacement) of a fixed set of windows and their aligned extras."""
+    """Random rows (with replacement) of a fixed set of windows, uniformly or by weight."""
 
-    def __init__(self, num_rows: int, seed: int) -> None:
+    def __init__(self, num_rows: int, seed: int, weights: torch.Tensor | None = None) -> None:
         self.num_rows = num_rows
+        self.weights = weights
         self.generator = torch.Generator().manual_seed(seed)
 
     def sample(self, batch_size: int) -> torch.Tensor:
-        return torch.randint(0, self.num_rows, (batch_size,), generator=self.generator)
+        if self.weights is None:
+            return torch.randint(0, self.num_rows, (batch_size,), generator=self.generator)
+        return torch.multinomial(self.weights, batch_size, replacement=True, generator=self.generator)

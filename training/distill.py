@@ -16,7 +16,7 @@ import torch
 from transformers import PreTrainedModel
 
 from training.batches import RowSampler, WindowSampler, chunk_windows
-from training.generate import greedy_continue, teacher_topk
+from training.generate import LabelledSeq, greedy_continue, teacher_topk
 from training.trainer import Batch, LoopConfig, TrainLog, distill_loss, train_loop
 
 PROMPT_LEN = 32
@@ -29,9 +29,10 @@ class DistillSet:
     topk_probs: torch.Tensor  # [n, seq_len, k] float16
     generated_rows: int  # how many of the windows are teacher continuations
     teacher_seconds: float  # spent on continuations and soft labels
+    weights: torch.Tensor | None = None  # per-row sampling weights; None: uniform
 
     def batches(self, batch_size: int, seed: int) -> Callable[[], Batch]:
-        rows = RowSampler(self.windows.shape[0], seed)
+        rows = RowSampler(self.windows.shape[0], seed, self.weights)
 
         def next_batch() -> Batch:
             idx = rows.sample(batch_size)
@@ -72,3 +73,27 @@ def distill(student: PreTrainedModel, data: DistillSet, batch_size: int, cfg: Lo
             log: Callable[[str], None] = print) -> TrainLog:
     """Trains ``student`` to match the teacher's soft labels (KL over the top-k)."""
     return train_loop(student, data.batches(batch_size, seed), distill_loss, cfg, log)
+
+
+def one_hot_rows(windows: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Hard labels in the soft-label layout: the true next token with probability 1."""
+    n, width = windows.shape[0], windows.shape[1] - 1
+    ids = torch.zeros(n, width, k, dtype=torch.int32)
+    probs = torch.zeros(n, width, k, dtype=torch.float16)
+    ids[..., 0] = windows[:, 1:].to(torch.int32)
+    probs[..., 0] = 1.0
+    return ids, probs
+
+
+def labelled_rows(seqs: list[LabelledSeq], seq_len: int, pad_id: int) -> tuple[torch.Tensor, ...]:
+    """Teacher-labelled sequences as fixed windows: truncated or padded (with no label) to seq_len."""
+    k = seqs[0].topk_ids.shape[1]
+    windows = torch.full((len(seqs), seq_len + 1), pad_id, dtype=torch.long)
+    ids = torch.zeros(len(seqs), seq_len, k, dtype=torch.int32)
+    probs = torch.zeros(len(seqs), seq_len, k, dtype=torch.float16)
+    for r, seq in enumerate(seqs):
+        tokens = seq.tokens[:seq_len + 1]
+        windows[r, :len(tokens)] = torch.tensor(tokens)
+        ids[r, :len(tokens) - 1] = seq.topk_ids[:len(tokens) - 1]
+        probs[r, :len(tokens) - 1] = seq.topk_probs[:len(tokens) - 1]
+    return windows, ids, probs

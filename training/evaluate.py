@@ -65,8 +65,13 @@ def continuation_agreement(drafter: PreTrainedModel, seqs: torch.Tensor, prompt_
     """(agreement, mean accepted length at γ) of the drafter on the target's own continuations."""
     pred = _logits(drafter, seqs[:, :-1]).argmax(-1)[:, prompt_len - 1:]
     hits = pred == seqs[:, prompt_len:]
+    return hits.float().mean().item(), mean_accepted(hits.tolist(), gamma)
+
+
+def mean_accepted(rows: list[list[bool]], gamma: int) -> float:
+    """Mean draft tokens accepted per greedy verify step, replaying each row's hit pattern."""
     accepted: list[int] = []
-    for row in hits.tolist():
+    for row in rows:
         pos = 0
         while pos + gamma <= len(row):
             run = 0
@@ -75,4 +80,4 @@ def continuation_agreement(drafter: PreTrainedModel, seqs: torch.Tensor, prompt_
             accepted.append(run)
             # The verifier emits one token of its own after the accepted run.
             pos += run + 1
-    return hits.float().mean().item(), sum(accepted) / max(1, len(accepted))
+    return sum(accepted) / max(1, len(accepted))

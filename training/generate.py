@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
@@ -41,3 +43,74 @@ def teacher_topk(model: PreTrainedModel, windows: torch.Tensor, k: int,
         all_ids.append(ids.to(torch.int32))
         all_probs.append(F.softmax(top, dim=-1).to(torch.float16))
     return torch.cat(all_ids), torch.cat(all_probs)
+
+
+@dataclass
+class LabelledSeq:
+    """A prompt, the teacher's greedy continuation, and its top-k next-token labels.
+
+    ``topk_ids[i]``/``topk_probs[i]`` describe the teacher's distribution for ``tokens[i + 1]``,
+    so there are ``len(tokens) - 1`` rows; probabilities are renormalised over the k.
+    """
+
+    tokens: list[int]
+    prompt_len: int
+    topk_ids: torch.Tensor  # [len(tokens) - 1, k] int32
+    topk_probs: torch.Tensor  # [len(tokens) - 1, k] float16
+
+    @property
+    def generated(self) -> list[int]:
+        return self.tokens[self.prompt_len:]
+
+
+def _topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    top, ids = logits.float().topk(k, dim=-1)
+    return ids.to(torch.int32), F.softmax(top, dim=-1).to(torch.float16)
+
+
+@torch.no_grad()
+def generate_labelled(model: PreTrainedModel, prompts: list[list[int]], new_tokens: int, k: int,
+                      eos_id: int | None, pad_id: int, batch_size: int = 16) -> list[LabelledSeq]:
+    """Greedy continuations of prompts of any length, keeping every position's top-k labels.
+
+    Prompts are left-padded (masked, with positions counted from each prompt's first token) and
+    batched by length. A row stops after it emits ``eos_id``. The prefill's logits label the
+    prompt itself, so one teacher pass yields labels for the prompt and the continuation.
+    """
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    results: dict[int, LabelledSeq] = {}
+    for start in range(0, len(order), batch_size):
+        rows = order[start:start + batch_size]
+        width = max(len(prompts[i]) for i in rows)
+        ids = torch.tensor([[pad_id] * (width - len(prompts[i])) + prompts[i] for i in rows])
+        mask = torch.tensor([[0] * (width - len(prompts[i])) + [1] * len(prompts[i]) for i in rows])
+        pos = (mask.cumsum(-1) - 1).clamp_min(0)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+        ids_k, probs_k = _topk(out.logits, k)
+        steps_ids, steps_probs, emitted = [], [], []
+        nxt = out.logits[:, -1].argmax(-1)
+        done = torch.zeros(len(rows), dtype=torch.bool)
+        for step in range(new_tokens):
+            emitted.append(nxt)
+            if eos_id is not None:
+                done |= nxt == eos_id
+            if bool(done.all()) or step == new_tokens - 1:
+                break
+            mask = torch.cat([mask, torch.ones(len(rows), 1, dtype=mask.dtype)], dim=1)
+            pos = pos[:, -1:] + 1
+            out = model(input_ids=nxt.unsqueeze(1), attention_mask=mask, position_ids=pos, cache=out.cache,
+                        use_cache=True)
+            i_k, p_k = _topk(out.logits[:, -1], k)
+            steps_ids.append(i_k)
+            steps_probs.append(p_k)
+            nxt = out.logits[:, -1].argmax(-1)
+        gen = torch.stack(emitted, dim=1).tolist()
+        for r, i in enumerate(rows):
+            n = len(prompts[i])
+            cont = gen[r]
+            if eos_id is not None and eos_id in cont:
+                cont = cont[:cont.index(eos_id) + 1]
+            labels_ids = [ids_k[r, width - n:]] + [s[r:r + 1] for s in steps_ids[:len(cont) - 1]]
+            labels_probs = [probs_k[r, width - n:]] + [s[r:r + 1] for s in steps_probs[:len(cont) - 1]]
+            results[i] = LabelledSeq(prompts[i] + cont, n, torch.cat(labels_ids), torch.cat(labels_probs))
+    return [results[i] for i in range(len(prompts))]

@@ -29,7 +29,7 @@ of held-out prompts (what speculative decoding sees); "accepted/step" is the mea
 """
 
 
-_DOMAIN_ORDER = ("stories", "shakespeare", "code", "chat")
+_DOMAIN_ORDER = ("stories", "shakespeare", "chat", "sharegpt", "code")
 
 
 def _ordered(domains: Any) -> list[str]:
@@ -61,10 +61,10 @@ def _metas(models_dir: Path, prefix: str) -> list[dict[str, Any]]:
 def _family(metas: list[dict[str, Any]], teacher: str) -> list[str]:
     lines: list[str] = []
     ref = next((m for m in metas if m["role"] == "target"), None)
-    ref_cost = ref["matmul_params"] if ref else None
     rows = []
     for m in metas:
         cost = f"{m['matmul_params'] / 1e6:.2f}M"
+        ref_cost = ref["matmul_params"] if ref else m.get("teacher_matmul_params")
         if ref_cost and m is not ref:
             cost += f" (1/{ref_cost / m['matmul_params']:.1f} of the target)"
         rows.append([f"`{m['name']}`", m["role"], _fmt_arch(m["recipe"], m["vocab_size"]),

@@ -56,10 +56,16 @@ def lm_loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
 
 
 def distill_loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
-    """KL(teacher ‖ student) over the teacher's top-k tokens (renormalised), per position."""
+    """KL(teacher ‖ student) over the teacher's top-k tokens (renormalised), per labelled position.
+
+    Positions whose k probabilities are all zero (padding) carry no label and are left out; a
+    one-hot row (probability 1 on the true next token) turns the term into cross-entropy.
+    """
     logp = F.log_softmax(logits.float(), dim=-1).gather(-1, batch["topk_ids"])
     p = batch["topk_probs"].float()
-    return (p * (torch.log(p.clamp_min(1e-20)) - logp)).sum(-1).mean()
+    per_position = (p * (torch.log(p.clamp_min(1e-20)) - logp)).sum(-1)
+    labelled = (p.sum(-1) > 0).sum().clamp_min(1)
+    return per_position.sum() / labelled
 
 
 def lr_factor(step: int, total: int, warmup: int, min_ratio: float) -> float:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from transformers import PreTrainedTokenizerFast
 
 from training.specs import ArchSpec, Recipe
 from training.tokenizer import train_tokenizer
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"  # the read-only team data
 
 TINY_TEXT = [
     "Once upon a time there was a little cat. The cat liked to play in the sun.",

@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.training.conftest import DATA
 from training.cli import main
 
 
@@ -14,13 +15,13 @@ def test_bad_data_path_is_one_line_and_nonzero(tmp_path: Path, capsys: pytest.Ca
 
 
 def test_eval_without_models_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["eval", "--models", str(tmp_path), "--data", "../shared/data"])
+    code = main(["eval", "--models", str(tmp_path), "--data", str(DATA)])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "no trained target" in err
 
 
 def test_non_positive_numbers_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["train", "--threads", "0", "--data", "../shared/data"]) == 2
+    assert main(["train", "--threads", "0", "--data", str(DATA)]) == 2
     assert "--threads must be positive" in capsys.readouterr().err
 
 

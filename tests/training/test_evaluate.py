@@ -2,7 +2,7 @@ import torch
 from transformers import LlamaForCausalLM
 
 from training.evaluate import continuation_agreement, forced_agreement, greedy_tokens, make_eval_set, val_loss
-from training.generate import greedy_continue, teacher_topk
+from training.generate import generate_labelled, greedy_continue, teacher_topk
 from training.specs import ArchSpec
 
 
@@ -55,3 +55,24 @@ def test_accepted_length_follows_verify_steps() -> None:
     seqs = torch.tensor([[2, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1]])
     agree, accepted = continuation_agreement(Fixed(), seqs, prompt_len=1, gamma=4)  # type: ignore[arg-type]
     assert accepted == 3.0 and abs(agree - 0.9) < 1e-6
+
+
+def test_labelled_generation_matches_unpadded_greedy() -> None:
+    model = _model(0)
+    prompts = [[5, 6, 7], [1, 2, 3, 4, 5, 6], [9]]
+    seqs = generate_labelled(model, prompts, new_tokens=5, k=3, eos_id=None, pad_id=0, batch_size=3)
+    for prompt, seq in zip(prompts, seqs, strict=True):
+        alone = greedy_continue(model, torch.tensor([prompt]), 5)[0].tolist()
+        assert seq.tokens == alone and seq.prompt_len == len(prompt)
+        ids, probs = teacher_topk(model, torch.tensor([seq.tokens]), k=3)
+        assert torch.equal(seq.topk_ids, ids[0])  # one label row per predicted token
+        assert torch.allclose(seq.topk_probs.float(), probs[0].float(), atol=2e-3)
+
+
+def test_labelled_generation_stops_at_eos() -> None:
+    model = _model(0)
+    free = generate_labelled(model, [[5, 6, 7]], new_tokens=6, k=2, eos_id=None, pad_id=0)[0]
+    eos = free.generated[1]
+    stopped = generate_labelled(model, [[5, 6, 7]], new_tokens=6, k=2, eos_id=eos, pad_id=0)[0]
+    assert stopped.generated == free.generated[:free.generated.index(eos) + 1]
+    assert stopped.topk_ids.shape[0] == len(stopped.tokens) - 1
