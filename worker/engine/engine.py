@@ -4,9 +4,14 @@ A step is schedule → run → postprocess. Requests, aborts, decisions and cach
 arrive from other threads through a locked inbox that the step drains first, so the
 scheduler, block manager and cache are only ever touched by the stepping thread.
 
-Speculation plugs in between schedule and run (see the engine's report in BENCHMARKS.md
-and the ``ForwardItem.num_logits`` / ``Sequence.truncate`` / ``BlockManager.truncate``
-seams); this engine runs the target alone (γ = 0).
+This engine runs the target alone (γ = 0). Speculation plugs in between schedule and run:
+``scheduler.schedule(num_lookahead=γ)`` reserves γ slots after each decoding sequence
+(``Scheduled.num_lookahead``); a drafter (its own ModelRunner + BlockManager, same request
+ids) appends up to that many drafts to ``seq.token_ids`` and adds them to ``num_new``;
+``_run`` then asks for ``num_logits = num_new`` rows, i.e. the γ+1 verification rows; after
+verification (worker/engine/spec/verify.py) ``seq.truncate(L + accepted)`` and
+``blocks.truncate(id, L + accepted)`` roll the rejected drafts back (L = length before the
+drafts), and the bonus token is appended as usual.
 """
 
 from __future__ import annotations
