@@ -147,6 +147,7 @@ class SwitchCostEvent(BaseModel):
     batch_size: int
     tokens: int  # largest number of tokens one sequence had to catch up
     seconds: float
+    input_len: int = 0  # longest context (prompt + output tokens) among those sequences
 
 
 class Telemetry(Message):
@@ -165,7 +166,8 @@ class Telemetry(Message):
     step_time: float = 0.0
     draft_time: float = 0.0
     verify_time: float = 0.0
-    other_time: float = 0.0
+    other_time: float = 0.0  # includes catch-up (switch_costs) and counterfactual_time
+    counterfactual_time: float = 0.0  # scoring the other drafters on the verified tokens
     proposed: int = 0  # draft tokens proposed this step
     accepted: int = 0  # draft tokens accepted this step
     counterfactual: dict[str, float] = Field(default_factory=dict)  # drafter -> acceptance rate

@@ -51,7 +51,8 @@ class StepStats:
     step_time: float = 0.0
     draft_time: float = 0.0
     verify_time: float = 0.0
-    other_time: float = 0.0
+    other_time: float = 0.0  # includes catch-up (switch_costs) and counterfactual_time
+    counterfactual_time: float = 0.0
     proposed: int = 0
     accepted: int = 0
     counterfactual: dict[str, float] = field(default_factory=dict)

@@ -15,7 +15,8 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 @dataclass
 class EngineConfig:
     block_size: int = 16
-    # Weights + KV cache, bytes; the KV cache gets what the weights leave.
+    # Target weights + resident drafters (weights and KV pools) + the target's KV cache, bytes;
+    # the KV caches share what the weights leave, block for block.
     memory_budget_bytes: int | None = None
     num_blocks: int | None = None  # explicit KV block count (overrides the budget)
     max_num_seqs: int = 64  # running sequences at most
@@ -23,12 +24,16 @@ class EngineConfig:
     max_model_len: int | None = None  # cap on prompt + output tokens
     enable_prefix_caching: bool = True
     logits_cache_size: int = 64  # prompts whose next-token logits are kept for exact repeats
+    max_gamma: int = 8  # Γmax: the most draft tokens per sequence per step, whatever the planner says
+    counterfactual_every: int = 1  # score the other drafters every k-th speculative step (0: never)
     device: str | None = None  # default: cuda when available, else cpu
     dtype: str | None = None  # default: float32 on cpu, bfloat16 on cuda
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
             raise ValueError("block_size, max_num_seqs and max_num_batched_tokens must be ≥ 1")
+        if self.max_gamma < 0 or self.counterfactual_every < 0:
+            raise ValueError("max_gamma and counterfactual_every must be ≥ 0")
         if self.dtype is not None and self.dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}")
 

@@ -1,42 +1,91 @@
-"""``load_engine(model_dir, **config)``: checkpoint + tokenizer → a ready LLMEngine."""
+"""``load_engine(model_dir, drafters=..., **config)``: checkpoints + tokenizer → a ready LLMEngine."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from worker.engine.config import DEFAULT_KV_BYTES, EngineConfig
 from worker.engine.engine import LLMEngine
+from worker.engine.kv_cache import bytes_per_block
 from worker.engine.model_config import ModelConfig
 from worker.engine.model_runner import ModelRunner
+from worker.engine.spec.drafter import Drafter
+from worker.engine.spec.model_drafter import ModelDrafter
+from worker.engine.spec.ngram import NgramDrafter
 from worker.engine.weights import find_gguf, load_checkpoint
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 
-def load_engine(model_dir: str | Path, gguf_file: str | None = None, **config: Any) -> LLMEngine:
+def load_engine(
+    model_dir: str | Path,
+    gguf_file: str | None = None,
+    drafters: Iterable[str | Path] = (),
+    ngram: bool = True,
+    **config: Any,
+) -> LLMEngine:
     """Build the engine for a Llama-family checkpoint (safetensors, sharded, or GGUF).
-    ``config`` takes the fields of ``EngineConfig``."""
+
+    ``drafters``: checkpoint directories of model drafters (named after the directory), which
+    must share the target's vocabulary; ``ngram`` adds the prompt-lookup drafter "ngram".
+    ``config`` takes the fields of ``EngineConfig``. Every model (target and drafters) gets a
+    KV pool of the same block count: the memory budget, less all weights, divided by the
+    bytes one block costs in all pools together.
+    """
     cfg = EngineConfig.from_kwargs(**config)
     path = Path(model_dir)
     gguf_file = gguf_file or find_gguf(path)
     model_config, state = load_checkpoint(path, gguf_file)
-    runner = ModelRunner(
-        model_config,
-        state,
-        cfg.block_size,
-        cfg.torch_device(),
-        cfg.torch_dtype(),
-        num_blocks=cfg.num_blocks,
-        memory_budget_bytes=cfg.memory_budget_bytes,
-        default_kv_bytes=DEFAULT_KV_BYTES,
-    )
+    device, dtype = cfg.torch_device(), cfg.torch_dtype()
+    runner = ModelRunner(model_config, state, cfg.block_size, device, dtype, num_blocks=2)
     del state
     tokenizer = load_tokenizer(path, gguf_file)
-    engine = LLMEngine(runner, cfg, eos_token_ids(path, model_config, tokenizer))
+    models: list[tuple[str, ModelRunner]] = []
+    for d in drafters:
+        dpath = Path(d).resolve()
+        if dpath.name in {n for n, _ in models} | {"ngram"}:
+            raise ValueError(f"two drafters named {dpath.name!r}: drafters are named after their directory")
+        dgguf = find_gguf(dpath)
+        dconfig, dstate = load_checkpoint(dpath, dgguf)
+        check_vocab(model_config, tokenizer, dconfig, load_tokenizer(dpath, dgguf), dpath.name)
+        models.append((dpath.name, ModelRunner(dconfig, dstate, cfg.block_size, device, dtype, num_blocks=2)))
+    runners = [runner] + [r for _, r in models]
+    num_blocks = cfg.num_blocks or shared_blocks(runners, cfg.block_size, cfg.memory_budget_bytes)
+    for r in runners:
+        r.cache.resize(num_blocks, [])
+    pool: list[Drafter] = [ModelDrafter(n, r, cfg.max_num_batched_tokens) for n, r in models]
+    if ngram:
+        pool.append(NgramDrafter())
+    engine = LLMEngine(runner, cfg, eos_token_ids(path, model_config, tokenizer), pool)
     engine.tokenizer = tokenizer
     return engine
+
+
+def shared_blocks(runners: list[ModelRunner], block_size: int, budget_bytes: int | None) -> int:
+    """KV blocks per model when every model's pool gets the same count from one budget."""
+    weights = sum(r.weight_bytes for r in runners)
+    budget = budget_bytes or weights + DEFAULT_KV_BYTES
+    per_block = sum(bytes_per_block(r.config, block_size, r.dtype) for r in runners)
+    if budget - weights < 2 * per_block:
+        raise ValueError(
+            f"memory budget {budget} B leaves {budget - weights} B after {weights} B of weights: "
+            f"not even two KV blocks ({per_block} B each across {len(runners)} models)"
+        )
+    return (budget - weights) // per_block
+
+
+def check_vocab(target: ModelConfig, target_tok: Any, draft: ModelConfig, draft_tok: Any, name: str) -> None:
+    """Refuse a drafter whose token ids mean something else than the target's."""
+    if draft.vocab_size != target.vocab_size:
+        raise ValueError(
+            f"drafter {name} has a vocabulary of {draft.vocab_size} tokens, the target {target.vocab_size}: "
+            "a drafter must use the target's tokenizer"
+        )
+    if target_tok is not None and draft_tok is not None and target_tok.get_vocab() != draft_tok.get_vocab():
+        raise ValueError(f"drafter {name}'s tokenizer maps tokens to other ids than the target's: refused")
 
 
 def load_tokenizer(path: Path, gguf_file: str | None = None) -> Any:

@@ -77,8 +77,9 @@ class Scheduler:
         self.add(seq)
 
     def schedule(self, num_lookahead: int = 0) -> SchedulerOutput:
-        """Plan one step. ``num_lookahead`` (γ) reserves that many more slots (and budget
-        tokens) after each decoding sequence's last token, for drafts to be verified."""
+        """Plan one step. ``num_lookahead`` (γ) reserves up to that many more slots (and
+        budget tokens) after each decoding sequence's last token, for drafts to be verified;
+        fewer where γ+1 emitted tokens would pass max_tokens or the longest context."""
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
         for seq in sorted(self.running, key=Sequence.sort_key):
@@ -88,9 +89,10 @@ class Scheduler:
             if n == 0:
                 break
             extra = 0
-            if not seq.prefilling:
-                room = self.max_model_len - len(seq.token_ids)
-                extra = max(0, min(num_lookahead, budget - n, room))
+            if not seq.prefilling and num_lookahead:
+                # All γ drafts accepted emit γ+1 tokens: stay within max_tokens and the context.
+                room = min(self.max_model_len - len(seq.token_ids), seq.params.max_tokens - seq.num_output)
+                extra = max(0, min(num_lookahead, budget - n, room - 1))
             end = seq.num_computed + n + extra
             while not self.blocks.allocate(seq.request_id, seq.num_computed, end):
                 # Scheduled sequences sort before seq, so the victim is never one of them.

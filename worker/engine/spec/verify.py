@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import torch
 
+from shared.schemas import SamplingParams
+from worker.engine.sampler import filtered_probs
+
 
 def verify_greedy(
     target_logits: torch.Tensor, draft: torch.Tensor, num_draft: torch.Tensor
@@ -22,7 +25,11 @@ def verify_greedy(
     draft: [B, K] proposed tokens (rows may be shorter: ``num_draft[b]`` ≤ K are real).
     Returns each sequence's emitted tokens: accepted drafts plus the target's next token.
     """
-    target = target_logits.argmax(-1)  # [B, K+1]
+    return verify_greedy_ids(target_logits.argmax(-1), draft, num_draft)
+
+
+def verify_greedy_ids(target: torch.Tensor, draft: torch.Tensor, num_draft: torch.Tensor) -> list[list[int]]:
+    """``verify_greedy`` on the target's argmax tokens ``[B, K+1]`` instead of its logits."""
     k = draft.shape[1]
     real = torch.arange(k, device=draft.device).unsqueeze(0) < num_draft.unsqueeze(1)
     match = (draft == target[:, :k]) & real
@@ -57,6 +64,12 @@ def verify_sampled(
     return out
 
 
+def overlap(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Σ_x min(p, q) per row: a drafter's acceptance probability at a position when sampling
+    (HedgeSpec Thm 1: 1 − TV(p, q))."""
+    return torch.minimum(p, q).sum(-1)
+
+
 def greedy_acceptance(predicted: list[int], verified: list[int]) -> float:
     """Full-information feedback (HedgeSpec, greedy case): the fraction of verified positions
     where a drafter's argmax prediction equals the token the target kept."""
@@ -64,3 +77,48 @@ def greedy_acceptance(predicted: list[int], verified: list[int]) -> float:
         return 0.0
     hits = sum(1 for a, b in zip(predicted, verified, strict=False) if a == b)
     return hits / len(verified)
+
+
+def verify_batch(
+    target_ids: list[list[int]],
+    rows: list[torch.Tensor],
+    drafts: list[list[int]],
+    q: list[torch.Tensor | None],
+    params: list[SamplingParams],
+    generators: list[torch.Generator | None],
+) -> tuple[list[list[int]], list[torch.Tensor | None]]:
+    """The target's choice for every sequence of a step, drafts or not.
+
+    Per sequence: ``rows[i]`` its ``[k+1, V]`` target logits (k = len(drafts[i]), 0 for a
+    plain decode or the end of a prefill), ``target_ids[i]`` their argmax (used when greedy),
+    ``q[i]`` the ``[k, V]`` probabilities its drafts were drawn from (None: a deterministic
+    proposal, i.e. a point mass). Returns the emitted tokens (1..k+1) and, for sampled
+    sequences, the warped target probabilities (for counterfactual scoring).
+    """
+    n = len(rows)
+    emitted: list[list[int]] = [[] for _ in range(n)]
+    p_rows: list[torch.Tensor | None] = [None] * n
+    greedy = [i for i in range(n) if params[i].greedy]
+    if greedy:
+        k = max(len(drafts[i]) for i in greedy)
+        target = torch.tensor([target_ids[i] + [0] * (k + 1 - len(target_ids[i])) for i in greedy])
+        draft = torch.tensor([drafts[i] + [-1] * (k - len(drafts[i])) for i in greedy], dtype=torch.long)
+        num = torch.tensor([len(drafts[i]) for i in greedy])
+        for i, out in zip(greedy, verify_greedy_ids(target, draft.view(len(greedy), k), num), strict=True):
+            emitted[i] = out
+    sampled = [i for i in range(n) if not params[i].greedy]
+    if sampled:
+        # One batched warping for every row; draws happen on the CPU with each request's generator.
+        row_params = [params[i] for i in sampled for _ in range(rows[i].shape[0])]
+        probs = filtered_probs(torch.cat([rows[i] for i in sampled]), row_params).cpu()
+        at = 0
+        for i in sampled:
+            p = probs[at : at + rows[i].shape[0]]
+            at += p.shape[0]
+            qi = q[i]
+            if qi is None:  # a point mass on each draft
+                qi = torch.zeros(len(drafts[i]), p.shape[1])
+                qi[torch.arange(len(drafts[i])), torch.tensor(drafts[i], dtype=torch.long)] = 1.0
+            emitted[i] = verify_sampled(p, qi, drafts[i], generators[i])
+            p_rows[i] = p
+    return emitted, p_rows

@@ -1,0 +1,122 @@
+"""The drafter pool: which drafter drafts, catch-up as the switching cost, and every other
+drafter's counterfactual acceptance on the tokens the target just verified (HedgeSpec).
+
+One drafter is active per step (the planner's ``Decision.drafter``; None or an unknown name
+gives the default, the first model drafter). When it drafts after a step where it did not
+(γ was 0, another drafter was active, the draft was reloaded), it first catches up on the
+tokens it missed in one batched prefill, timed and reported as a ``SwitchCostEvent``.
+
+Counterfactual acceptance of drafter i at a verified position is 1[its argmax = the kept
+token] for greedy sequences and Σ_x min(p, q_i) for sampled ones (p, q_i warped alike); a
+step's rate pools every verified position of the batch. Scoring feeds the verified tokens
+into every other model drafter, which also keeps its cache current, so a later switch to it
+costs no catch-up. ``every`` bounds the cost: score on every k-th speculative step only
+(0: never); a drafter that skipped scoring catches up inside its next score or draft.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from shared.schemas import SwitchCostEvent
+from worker.engine.sampler import filtered_probs
+from worker.engine.sequence import Sequence
+from worker.engine.spec.drafter import Drafter
+from worker.engine.spec.model_drafter import ModelDrafter
+from worker.engine.spec.verify import greedy_acceptance, overlap
+
+
+class DrafterPool:
+    def __init__(self, drafters: list[Drafter], every: int = 1) -> None:
+        names = [d.name for d in drafters]
+        if len(set(names)) != len(names):
+            raise ValueError(f"drafter names must be unique, got {names}")
+        if not drafters:
+            raise ValueError("a drafter pool needs at least one drafter")
+        self.drafters = {d.name: d for d in drafters}
+        models = [d for d in drafters if isinstance(d, ModelDrafter)]
+        self.default = (models or drafters)[0].name
+        self.every = every
+        self.last_active: str | None = None  # the drafter that drafted at the last decode step
+        self._scored_steps = 0
+
+    @property
+    def models(self) -> list[ModelDrafter]:
+        return [d for d in self.drafters.values() if isinstance(d, ModelDrafter)]
+
+    def resolve(self, name: str | None) -> Drafter:
+        return self.drafters.get(name or self.default) or self.drafters[self.default]
+
+    def catch_up(self, drafter: Drafter, seqs: list[Sequence]) -> SwitchCostEvent | None:
+        """Catch ``drafter`` up if it did not draft at the last decode step; the event when it
+        had anything to catch up."""
+        if self.last_active == drafter.name:
+            return None
+        t0 = time.perf_counter()
+        done = drafter.catch_up(seqs)
+        seconds = time.perf_counter() - t0
+        if done.tokens == 0:
+            return None
+        return SwitchCostEvent(
+            drafter=drafter.name,
+            batch_size=done.batch_size,
+            tokens=done.tokens,
+            seconds=seconds,
+            input_len=done.input_len,
+        )
+
+    def rollback(self, seq_id: str, num_tokens: int) -> None:
+        for d in self.drafters.values():
+            d.rollback(seq_id, num_tokens)
+
+    def free(self, seq_id: str) -> None:
+        for d in self.drafters.values():
+            d.free(seq_id)
+
+    def reset(self) -> None:
+        for d in self.drafters.values():
+            d.reset()
+        self.last_active = None
+
+    def due(self) -> bool:
+        """Whether this speculative step scores the other drafters."""
+        self._scored_steps += 1
+        return self.every > 0 and (self._scored_steps - 1) % self.every == 0
+
+    def counterfactual(
+        self,
+        active: Drafter,
+        seqs: list[Sequence],
+        starts: list[int],
+        p_rows: list[torch.Tensor | None],
+        skip: frozenset[str] = frozenset(),
+    ) -> dict[str, float]:
+        """Acceptance each drafter but ``active`` (and ``skip``) would have had on positions
+        ``starts[i] ..`` of each sequence (``p_rows[i]``: the warped target probabilities at
+        those positions, for sampled sequences)."""
+        rates: dict[str, float] = {}
+        verified = [seq.token_ids[s:] for seq, s in zip(seqs, starts, strict=True)]
+        positions = sum(len(v) for v in verified)
+        if positions == 0:
+            return rates
+        for d in self.drafters.values():
+            if d is active or d.name in skip:
+                continue
+            scores = d.score(seqs, starts)
+            hits = 0.0
+            for i, seq in enumerate(seqs):
+                pred, kept, p = scores.tokens[i], verified[i], p_rows[i]
+                if seq.params.greedy or p is None:
+                    hits += greedy_acceptance(pred, kept) * len(kept)
+                    continue
+                p = p[: len(kept)]
+                logits = scores.logits[i]
+                if logits is not None:
+                    q = filtered_probs(logits, [seq.params] * len(kept)).cpu()
+                    hits += float(overlap(p, q).sum())
+                else:  # a deterministic proposal: accepted with probability p(x)
+                    hits += sum(float(p[j, x]) for j, x in enumerate(pred) if x >= 0)
+            rates[d.name] = hits / positions
+        return rates
