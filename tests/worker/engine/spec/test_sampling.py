@@ -1,0 +1,85 @@
+"""Speculative sampling in the engine keeps the target's distribution (chi-square).
+
+A target and a drafter with a 10-token vocabulary; 3000 seeded requests of one prompt with
+temperature, top-k and top-p. The first output token comes from the prompt's logits; the
+next two come from a speculative step (γ = 3, drafts drawn from the drafter's warped
+distribution, rejection sampling). Their joint frequencies are compared with the exact
+target distribution Σ_x1 p(x1) p(x2|x1) p(x3|x1,x2), warped the same way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from scipy.stats import chisquare
+from transformers import LlamaConfig
+
+from shared.schemas import Decision, SamplingParams
+from tests.worker.engine.drive import drive
+from tests.worker.engine.tiny import COMMON, hf_model, save_tiny
+from worker.engine import load_engine
+from worker.engine.api import EngineRequest
+from worker.engine.sampler import filtered_probs
+
+V = 10
+PROMPT = [1, 5, 3, 7]
+PARAMS = SamplingParams(max_tokens=5, temperature=0.9, top_k=8, top_p=0.95, ignore_eos=True)
+TRIALS = 3000
+
+
+@pytest.fixture(scope="session")
+def small_vocab(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("small_vocab")
+    base = {**COMMON, "vocab_size": V, "initializer_range": 0.1}
+    draft = {**base, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1}
+    return {
+        "target": save_tiny(LlamaConfig(**base), root / "target", seed=0),
+        "draft": save_tiny(LlamaConfig(**draft), root / "draft", seed=5),
+    }
+
+
+def expected_pairs(target: Path) -> torch.Tensor:
+    """[V, V] probabilities of output tokens 2 and 3."""
+    hf = hf_model(target)
+
+    def warped(prefixes: list[list[int]]) -> torch.Tensor:
+        with torch.inference_mode():
+            logits = hf(torch.tensor(prefixes)).logits[:, -1]
+        return filtered_probs(logits, [PARAMS] * len(prefixes)).double()
+
+    p1 = warped([PROMPT])[0]  # [V]
+    p2 = warped([[*PROMPT, a] for a in range(V)])  # [V(x1), V(x2)]
+    p3 = warped([[*PROMPT, a, b] for a in range(V) for b in range(V)]).view(V, V, V)
+    return (p1.view(V, 1, 1) * p2.view(V, V, 1) * p3).sum(0)
+
+
+@pytest.mark.parametrize("drafter", ["draft", "ngram"])
+def test_speculative_sampling_keeps_the_target_distribution(
+    small_vocab: dict[str, Path], drafter: str
+) -> None:
+    engine = load_engine(
+        small_vocab["target"],
+        drafters=[small_vocab["draft"]],
+        block_size=4,
+        num_blocks=1024,
+        max_num_seqs=256,
+    )
+    engine.apply_decision(Decision(version=1, policy="test", gamma_table=[(1 << 30, 3)], drafter=drafter))
+    reqs = [EngineRequest(str(i), PROMPT, PARAMS.model_copy(update={"seed": i})) for i in range(TRIALS)]
+    run = drive(engine, reqs)
+    spec_steps = [s for s in run.stats if s.gamma > 0]
+    assert spec_steps and all(s.drafter == drafter for s in spec_steps)
+    assert 0 < run.total("accepted") < run.total("proposed"), "both acceptance and rejection must occur"
+
+    observed = torch.zeros(V, V, dtype=torch.float64)
+    for tokens in run.tokens.values():
+        observed[tokens[1], tokens[2]] += 1
+    expected = expected_pairs(small_vocab["target"]) * TRIALS
+    # Cells expected to hold fewer than 5 draws are pooled into one bin.
+    small = expected < 5
+    obs = torch.cat([observed[~small], observed[small].sum().view(1)])
+    exp = torch.cat([expected[~small], expected[small].sum().view(1)])
+    result = chisquare(obs.numpy(), exp.numpy() * obs.sum().item() / exp.sum().item())
+    assert result.pvalue > 1e-3, result
