@@ -61,6 +61,12 @@ def load_prompts(path: str, tokenizer: Any, count: int, max_tokens: int) -> list
     raise ValueError(f"only {len(prompts)} prompts of at most {max_tokens} tokens in {path}")
 
 
+def median_result(results: list[Result]) -> Result:
+    return Result(
+        *(statistics.median(getattr(r, f) for r in results) for f in ("tokens_per_s", "ttft_s", "tpot_s"))
+    )
+
+
 def fresh_engine(engine: LLMEngine) -> LLMEngine:
     """Same weights, empty cache: no prefix hits carried over from an earlier run."""
     return LLMEngine(engine.runner, engine.config, engine.eos_token_ids)
@@ -180,6 +186,7 @@ def main() -> None:
     ap.add_argument("--max-batched-tokens", type=int, default=1024)
     ap.add_argument("--overhead-batches", type=int, nargs="*", default=[1, 32])
     ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--rounds", type=int, default=2, help="alternating runs per level (medians)")
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -196,12 +203,20 @@ def main() -> None:
     run_ours(fresh_engine(engine), prompts[:1], 1, 4)
     run_hf(hf, prompts[:1], 1, 4, pad_id)
     print(f"model {model_dir} · {args.threads} threads · {os.cpu_count()} CPUs · load {os.getloadavg()}")
+    print(f"median of {args.rounds} alternating rounds per level")
     print(f"{args.new_tokens} new tokens, EOS ignored; chat prompts ≤ {args.max_prompt_tokens} tokens\n")
     print(TABLE_HEAD)
     for c in args.concurrency:
         batch = prompts[: max(c, args.min_prompts)]
-        ours = run_ours(fresh_engine(engine), batch, c, args.new_tokens)
-        ref = run_hf(hf, batch, c, args.new_tokens, pad_id)
+        # Alternate the two so that load from other processes hits both alike.
+        rounds = [
+            (
+                run_ours(fresh_engine(engine), batch, c, args.new_tokens),
+                run_hf(hf, batch, c, args.new_tokens, pad_id),
+            )
+            for _ in range(args.rounds)
+        ]
+        ours, ref = (median_result([r[k] for r in rounds]) for k in (0, 1))
         print(
             f"| {c} | {len(batch)} | {ours.tokens_per_s:.1f} | {ref.tokens_per_s:.1f} | "
             f"{ours.tokens_per_s / ref.tokens_per_s:.2f} | {ours.ttft_s:.2f} | {ref.ttft_s:.2f} | "

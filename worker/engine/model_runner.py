@@ -18,6 +18,12 @@ from worker.engine.kv_cache import KVCache, blocks_for_budget
 from worker.engine.model import DecoderModel
 from worker.engine.model_config import ModelConfig
 
+# A group's keys are gathered and attended up to its longest context: split a group when a
+# context exceeds the group's shortest by this factor (plus slack, so short ones stay
+# together), which bounds the padding at the price of one more attention call per layer.
+GROUP_SPREAD = 1.5
+GROUP_SLACK = 64
+
 
 @dataclass
 class ForwardItem:
@@ -53,8 +59,9 @@ class ModelRunner:
         """One forward over all items. Returns ``logits [R, V]`` and, per item, the index of
         its first logits row (its rows are consecutive, in position order)."""
         bs = self.block_size
-        # Rows are laid out grouped by query length so each attention group is contiguous.
-        order = sorted(range(len(items)), key=lambda i: len(items[i].token_ids))
+        # Rows are laid out grouped by query length, then context length, so each attention
+        # group is contiguous in the batch.
+        order = sorted(range(len(items)), key=lambda i: (len(items[i].token_ids), items[i].start))
         input_ids: list[int] = []
         positions: list[int] = []
         slots: list[int] = []
@@ -84,7 +91,10 @@ class ModelRunner:
             n = len(item.token_ids)
             if n == 0:
                 raise ValueError("a forward item needs at least one token")
-            if pending and len(items[pending[0]].token_ids) != n:
+            if pending and (
+                len(items[pending[0]].token_ids) != n
+                or item.start + n > GROUP_SPREAD * (items[pending[0]].start + n) + GROUP_SLACK
+            ):
                 close_group()
             row_of[i] = len(input_ids)
             pending.append(i)

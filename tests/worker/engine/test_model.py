@@ -102,3 +102,20 @@ def test_transformers_4_rope_spelling_is_read() -> None:
 def test_unsupported_architecture_is_refused() -> None:
     with pytest.raises(ValueError, match="unsupported model_type"):
         ModelConfig.from_dict({"model_type": "gpt2"})
+
+
+def test_decode_rows_of_very_different_contexts(llama_dir: Path) -> None:
+    """Decode rows are split into attention groups by context length; all must stay exact."""
+    hf = hf_model(llama_dir)
+    runner = runner_for(llama_dir, num_blocks=128)
+    gen = torch.Generator().manual_seed(4)
+    seqs = [torch.randint(3, VOCAB, (n,), generator=gen).tolist() for n in (3, 9, 40, 41, 150, 7)]
+    tables, first = [], 0
+    for s in seqs:
+        tables.append(list(range(first, first + len(s) // BS + 1)))
+        first += len(s) // BS + 1
+    runner.run([ForwardItem(s[:-1], 0, t, 0) for s, t in zip(seqs, tables, strict=True)])
+    logits, _ = runner.run([ForwardItem(s[-1:], len(s) - 1, t, 1) for s, t in zip(seqs, tables, strict=True)])
+    with torch.inference_mode():
+        for i, s in enumerate(seqs):
+            assert rel_err(logits[i], hf(torch.tensor([s])).logits[0, -1]) <= 1e-4
