@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.worker.engine.drafters import build_drafters
 from tests.worker.engine.tiny import save_tiny, tiny_configs
 
 # The tiny models' matrices are far too small to split across threads, and on the shared
@@ -23,3 +24,14 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def llama_dir(tiny_models: dict[str, Path]) -> Path:
     return tiny_models["llama"]
+
+
+@pytest.fixture(scope="session")
+def spec_models(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The "llama" target and its drafters (see ``drafters.py``)."""
+    return build_drafters(tiny_models["llama"], tmp_path_factory.mktemp("drafters"))
+
+
+@pytest.fixture(scope="session")
+def drafter_dirs(spec_models: dict[str, Path]) -> list[Path]:
+    return [spec_models[n] for n in ("copy", "layer0", "rand-a", "rand-b")]

@@ -113,3 +113,18 @@ def test_lookahead_reserves_draft_slots_for_decoding_sequences_only() -> None:
     planned = [(s.seq.request_id, s.num_new, s.num_lookahead) for s in out.scheduled]
     assert planned == [("a", 1, 3), ("b", 8, 0)]
     assert len(sch.blocks.table("a")) == 2  # positions up to 3 + 1 + 3 = 7
+
+
+def test_lookahead_shrinks_near_max_tokens_and_the_context_limit() -> None:
+    sch = make(tokens=64, max_len=12)
+    for name, length, max_tokens in (("near-max", 3, 3), ("near-len", 8, 50), ("free", 3, 50)):
+        s = Sequence(name, list(range(10, 10 + length)), SamplingParams(max_tokens=max_tokens))
+        sch.add(s)
+    advance(sch.schedule())  # each has one output token now
+    out = sch.schedule(num_lookahead=4)
+    # γ+1 emitted tokens must fit: 3 - 1 - 1 = 1 draft; 12 - 9 - 1 = 2 drafts; the full 4.
+    assert {s.seq.request_id: s.num_lookahead for s in out.scheduled} == {
+        "near-max": 1,
+        "near-len": 2,
+        "free": 4,
+    }

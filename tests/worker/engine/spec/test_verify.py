@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 from scipy.stats import chisquare
 
-from worker.engine.spec.verify import greedy_acceptance, verify_greedy, verify_sampled
+from shared.schemas import SamplingParams
+from worker.engine.sampler import new_generator, sample
+from worker.engine.spec.verify import greedy_acceptance, overlap, verify_batch, verify_greedy, verify_sampled
 
 
 def test_greedy_accepts_matching_prefix_then_target_token() -> None:
@@ -76,3 +78,26 @@ def test_identical_draft_is_always_accepted() -> None:
     gen = torch.Generator().manual_seed(0)
     out = verify_sampled(p, p[:2].clone(), [1, 2], gen)
     assert out[:2] == [1, 2] and len(out) == 3
+
+
+def test_batch_verification_mixes_plain_rows_drafts_greedy_and_sampling() -> None:
+    torch.manual_seed(0)
+    rows = [torch.randn(1, 6), torch.randn(3, 6), torch.randn(4, 6), torch.randn(1, 6)]
+    ids = [r.argmax(-1).tolist() for r in rows]
+    greedy, sampled = SamplingParams(), SamplingParams(temperature=1.0, top_k=4, seed=0)
+    drafts = [[], [ids[1][0], (ids[1][1] + 1) % 6], [1, 2, 3], []]
+    params = [greedy, greedy, sampled, sampled]
+    gens = [None, None, new_generator(sampled), new_generator(sampled)]
+    out, p_rows = verify_batch(ids, rows, drafts, [None] * 4, params, gens)
+    assert out[0] == ids[0] and out[1] == ids[1][:2]  # one accepted, then the target's token
+    assert p_rows[0] is None and p_rows[2] is not None and p_rows[2].shape == (4, 6)
+    # A point-mass proposal keeps each draft with probability p(draft) and never re-draws it.
+    assert 1 <= len(out[2]) <= 4
+    # A row without drafts is drawn exactly as the plain sampler draws it.
+    assert out[3] == sample(rows[3], [sampled], [new_generator(sampled)])
+
+
+def test_overlap_is_one_minus_total_variation() -> None:
+    p = torch.tensor([[0.5, 0.5, 0.0], [1.0, 0.0, 0.0]])
+    q = torch.tensor([[0.25, 0.25, 0.5], [1.0, 0.0, 0.0]])
+    assert overlap(p, q).tolist() == [0.5, 1.0]

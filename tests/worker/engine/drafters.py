@@ -1,9 +1,10 @@
-"""Drafters for the tiny target of ``tests/worker/engine/tiny.py`` (the "llama" one).
+"""Drafters for the tiny target of ``tiny.py`` (the "llama" one), built in a test session.
 
 Random tiny drafters almost never agree with a random target, so besides two of them
 (different shapes) there is a copy of the target, which accepts everything, and the
 target's first layer under its own embedding, norm and head, which accepts about one draft
-in five: together they exercise acceptance, rejection and every mix in between.
+in five: together they exercise acceptance, rejection and every mix in between. A drafter
+with a larger vocabulary is there to be refused.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
@@ -27,10 +27,7 @@ def first_layers(target: Path, path: Path, layers: int) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def spec_models(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    target = tiny_models["llama"]
-    root = tmp_path_factory.mktemp("drafters")
+def build_drafters(target: Path, root: Path) -> dict[str, Path]:
     base = AutoModelForCausalLM.from_pretrained(target).config.to_dict()
     narrow = {**base, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1}
     other = {
@@ -48,8 +45,3 @@ def spec_models(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathF
         "rand-b": save_tiny(LlamaConfig(**other), root / "rand-b", seed=2),
         "wide-vocab": save_tiny(LlamaConfig(**{**narrow, "vocab_size": 128}), root / "wide-vocab", seed=3),
     }
-
-
-@pytest.fixture(scope="session")
-def drafter_dirs(spec_models: dict[str, Path]) -> list[Path]:
-    return [spec_models[n] for n in ("copy", "layer0", "rand-a", "rand-b")]
