@@ -22,6 +22,8 @@ class WorkerSettings:
     model_name: str = ""  # served name; the model directory's name when empty
     max_jobs: int = 16  # jobs held at once (running or queued in the engine)
     engine: dict[str, Any] = field(default_factory=dict)  # keyword options of the engine
+    drafters: list[str] = field(default_factory=list)  # drafter model directories
+    ngram: bool = True  # also offer the prompt-lookup drafter "ngram"
     block_ms: int = 2000  # XREADGROUP / XREAD BLOCK
     claim_idle_s: float = 30.0  # a job idle this long on a dead consumer is taken over
     renew_s: float = 10.0  # period of this worker's XCLAIM renewals; must stay below claim_idle_s

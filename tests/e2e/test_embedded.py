@@ -118,7 +118,10 @@ async def test_up_serves_cancels_and_swaps_policies(
 ) -> None:
     reset_fake_server()
     port = free_port()
-    worker = WorkerService(WorkerSettings(model_dir=str(model_dir), worker_id="embedded", block_ms=200))
+    settings = WorkerSettings(
+        model_dir=str(model_dir), worker_id="embedded", block_ms=200, engine={"num_blocks": 256}
+    )
+    worker = WorkerService(settings)
     planner = PlannerService(PlannerSettings(block_ms=200))
     server = http_server(create_app(GatewaySettings(admin_token="t")), "127.0.0.1", port, "warning")
     r = connect("memory://")

@@ -27,7 +27,8 @@ def prompts(model_dir: Path) -> PromptEncoder:
 
 @pytest.fixture
 def engine(model_dir: Path) -> Engine:
-    return create_engine(model_dir)
+    # A small KV pool: the default budget (1 GiB of KV) takes a while to allocate.
+    return create_engine(model_dir, num_blocks=256)
 
 
 @pytest.fixture

@@ -65,7 +65,7 @@ def test_greedy_counterfactual_is_argmax_agreement(pool: DrafterPool, spec_model
     assert set(rates) == {"copy", "layer0"}
     assert rates["copy"] == 1.0
     layer0 = hf_model(spec_models["layer0"])
-    hits = 0
+    hits = 0.0
     for s, start in zip(seqs, starts, strict=True):
         with torch.inference_mode():
             pred = layer0(torch.tensor([s.token_ids])).logits[0, start - 1 : -1].argmax(-1).tolist()
