@@ -181,6 +181,7 @@ class Telemetry(Message):
     switch_costs: list[SwitchCostEvent] = Field(default_factory=list)
     prefix_queries: int = 0
     prefix_hits: int = 0
+    preempted: int = 0  # sequences preempted (recompute) this step
     decision_version: int = 0
     fallback: bool = False  # the planner's decision was stale; a built-in rule was used
     memory_events: list[dict[str, Any]] = Field(default_factory=list)

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import redis.asyncio as aioredis
 
 from shared import codec, keys
-from shared.schemas import JobRequest, Telemetry
+from shared.schemas import JobRequest, SwitchCostEvent, Telemetry
 from shared.streams import ensure_group
 from worker.engine.api import StepStats
 from worker.telemetry import TelemetryPublisher
@@ -30,3 +32,25 @@ async def test_idle_heartbeat_is_a_zero_batch_step(r: aioredis.Redis) -> None:
     pub = TelemetryPublisher(r, "w1", lag_refresh_s=60.0)
     t = await pub.publish(StepStats(), decision_version=0, fallback=False)
     assert t.batch_size == 0 and t.queue_depth == 0
+
+
+async def test_every_step_stat_reaches_the_planner(r: aioredis.Redis) -> None:
+    """Each StepStats field has a Telemetry field of the same name, and its value arrives."""
+    stats = StepStats(
+        step=3, batch_size=4, prefill_tokens=5, num_tokens=9, gamma=2, drafter="nj-draft-prose",
+        step_time=0.5, draft_time=0.1, verify_time=0.3, other_time=0.1, counterfactual_time=0.02,
+        proposed=8, accepted=5, counterfactual={"nj-draft-prose": 0.6, "ngram": 0.25}, mean_context=40.0,
+        running=4, waiting=1, free_blocks=7, total_blocks=90, draft_resident=False,
+        switch_costs=[SwitchCostEvent(drafter="ngram", batch_size=4, tokens=12, seconds=0.01, input_len=50)],
+        prefix_queries=10, prefix_hits=6, preempted=1,
+        memory_events=[{"kind": "offload", "seconds": 0.2, "bytes": 1024, "from_blocks": 9, "to_blocks": 20}],
+    )  # fmt: skip
+    sent = await TelemetryPublisher(r, "w1", lag_refresh_s=60.0).publish(
+        stats, decision_version=4, fallback=False
+    )
+    for f in dataclasses.fields(StepStats):
+        assert f.name in Telemetry.model_fields, f"StepStats.{f.name} has no Telemetry field"
+        if f.name not in ("decision_version", "fallback"):  # the service's own view wins
+            assert getattr(sent, f.name) == getattr(stats, f.name), f.name
+    ((_, fields),) = await r.xrange(keys.TELEMETRY_STREAM)
+    assert codec.from_entry(fields) == sent
