@@ -16,7 +16,13 @@ from typing import Any, NoReturn
 
 from shared.connection import DEFAULT_URL
 
-BUNDLED_MODEL = Path(__file__).resolve().parent.parent / "models" / "nj-target"
+MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+BUNDLED_MODEL = MODELS_DIR / "nj-target"
+# The drafters trained for each bundled target: loaded with it by default when they are there.
+BUNDLED_DRAFTERS = {
+    "nj-target": ("nj-draft-prose", "nj-draft-code"),
+    "smollm2-135m-instruct": ("smol-draft-chat", "smol-draft-code"),
+}
 
 
 class UsageError(Exception):
@@ -58,6 +64,25 @@ def _model_dir(arg: str | None) -> str:
     return str(path)
 
 
+def _drafter_dirs(model_dir: str, given: list[str] | None) -> list[str]:
+    """The drafters to load: ``--drafter`` values (or NIGHTJAR_DRAFTERS, comma-separated;
+    "none": no model drafter), else the bundled drafters of a bundled target that exist."""
+    env = _env("DRAFTERS")
+    given = given or ([d.strip() for d in env.split(",") if d.strip()] if env else None)
+    if given:
+        if [g.lower() for g in given] == ["none"]:
+            return []
+        for d in given:
+            if not (Path(d) / "config.json").is_file():
+                raise UsageError(f"no drafter model at {d} (a Hugging Face model directory has config.json)")
+        return list(given)
+    path = Path(model_dir).resolve()
+    if path.parent != MODELS_DIR.resolve():
+        return []
+    names = BUNDLED_DRAFTERS.get(path.name, ())
+    return [str(MODELS_DIR / n) for n in names if (MODELS_DIR / n / "config.json").is_file()]
+
+
 def _add_redis(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument("--redis-url", default=_env("REDIS_URL", default), help="NIGHTJAR_REDIS_URL")
 
@@ -82,6 +107,19 @@ def _add_worker(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--threads", type=int, default=_env("THREADS"), help="torch threads (NIGHTJAR_THREADS)")
     p.add_argument("--engine-opt", action="append", metavar="KEY=VALUE", help="engine option")
+    p.add_argument(
+        "--drafter",
+        action="append",
+        metavar="DIR",
+        help="drafter model directory, repeatable; 'none' for no model drafter (NIGHTJAR_DRAFTERS, "
+        "comma-separated; default: the bundled drafters of a bundled model)",
+    )
+    p.add_argument(
+        "--ngram",
+        action=argparse.BooleanOptionalAction,
+        default=str(_env("NGRAM", "1")).lower() not in ("0", "false", "no", "off"),
+        help="offer the prompt-lookup drafter 'ngram' (NIGHTJAR_NGRAM)",
+    )
 
 
 def _add_planner(p: argparse.ArgumentParser) -> None:

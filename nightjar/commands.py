@@ -8,7 +8,7 @@ from typing import Any
 
 import anyio
 
-from nightjar.cli import UsageError, _model_dir, _pairs, _typed
+from nightjar.cli import UsageError, _drafter_dirs, _model_dir, _pairs, _typed
 from nightjar.runner import Service, http_server, run_services
 
 log = logging.getLogger("nightjar")
@@ -59,6 +59,8 @@ def _worker_service(args: argparse.Namespace) -> Service:
             autoclaim_s=args.autoclaim,
             max_deliveries=args.max_deliveries,
             engine={k: _typed(v) for k, v in _pairs(args.engine_opt, "--engine-opt").items()},
+            drafters=_drafter_dirs(model_dir, args.drafter),
+            ngram=args.ngram,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -66,6 +68,8 @@ def _worker_service(args: argparse.Namespace) -> Service:
         return WorkerService(settings).run
     except TypeError as exc:  # an engine option the engine does not take
         raise UsageError(f"bad --engine-opt: {exc}") from None
+    except ValueError as exc:  # e.g. a drafter whose vocabulary is not the target's
+        raise UsageError(str(exc)) from None
 
 
 def _planner_service(args: argparse.Namespace) -> Service:

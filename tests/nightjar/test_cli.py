@@ -2,10 +2,12 @@ from __future__ import annotations
 
 import sys
 import types
+from pathlib import Path
 
 import anyio
 import pytest
 
+from nightjar import cli
 from nightjar.cli import build_parser, main
 from shared import codec, keys
 from shared.connection import connect, reset_fake_server
@@ -83,3 +85,34 @@ def test_bench_delegates_to_the_load_benchmark(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setitem(sys.modules, "benchmarks.load.cli", fake)
     assert main(["bench", "w.jsonl", "--phases", "low:1:5"]) == 0
     assert seen == [["w.jsonl", "--phases", "low:1:5"]]
+
+
+def _model(path: Path) -> Path:
+    path.mkdir(parents=True)
+    (path / "config.json").write_text("{}")
+    return path
+
+
+def test_drafters_default_to_the_bundled_ones_that_exist(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli, "MODELS_DIR", tmp_path / "models")
+    monkeypatch.delenv("NIGHTJAR_DRAFTERS", raising=False)
+    target = _model(tmp_path / "models" / "nj-target")
+    prose = _model(tmp_path / "models" / "nj-draft-prose")
+    assert cli._drafter_dirs(str(target), None) == [str(prose)]  # nj-draft-code is not there
+    other = _model(tmp_path / "elsewhere" / "nj-target")
+    assert cli._drafter_dirs(str(other), None) == []
+    assert cli._drafter_dirs(str(target), ["none"]) == []
+    assert cli._drafter_dirs(str(target), [str(other)]) == [str(other)]
+    monkeypatch.setenv("NIGHTJAR_DRAFTERS", f"{prose}, {other}")
+    assert cli._drafter_dirs(str(target), None) == [str(prose), str(other)]
+    args = build_parser().parse_args(["up", "--drafter", "a", "--drafter", "b", "--no-ngram"])
+    assert args.drafter == ["a", "b"] and args.ngram is False
+    assert build_parser().parse_args(["worker"]).ngram is True
+
+
+def test_a_missing_drafter_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = _model(tmp_path / "t")
+    assert main(["worker", "--model", str(target), "--drafter", str(tmp_path / "nope")]) == 2
+    assert "no drafter model at" in _error_line(capsys)
