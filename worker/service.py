@@ -47,9 +47,9 @@ class WorkerService:
     ) -> None:
         s = self.settings = settings
         self.r = redis if redis is not None else connect(s.redis_url)
-        self.engine = (
-            engine if engine is not None else create_engine(s.model_dir, s.drafters, s.ngram, **s.engine)
-        )
+        # Engine options may name the drafters too (``--engine-opt drafters=[...]``): they win.
+        opts = {"drafters": s.drafters, "ngram": s.ngram, **s.engine}
+        self.engine = engine if engine is not None else create_engine(s.model_dir, **opts)
         self.prompts = prompts if prompts is not None else PromptEncoder.from_dir(s.model_dir)
         self.model_name = s.model_name or Path(s.model_dir).name
         self.intake = JobIntake(self.r, s.worker_id, s.claim_idle_s)

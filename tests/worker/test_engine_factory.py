@@ -5,10 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from shared.schemas import Decision, SamplingParams
-from tests.tiny_models import reference_greedy
+from tests.tiny_models import build_llama, reference_greedy
 from worker.engine.api import Engine, EngineRequest, RequestOutput
+from worker.engine.engine import LLMEngine
 from worker.engine_factory import create_engine
 from worker.prompts import PromptEncoder
+from worker.service import WorkerService
+from worker.settings import WorkerSettings
 
 PROMPTS = ["The quick brown", "Once upon a time", "Héllo 東京", "Redis"]
 
@@ -79,3 +82,26 @@ def test_decision_applies_without_restart(engine: Engine, prompts: PromptEncoder
     engine.apply_decision(Decision(version=5, policy="static"))
     engine.add_request(EngineRequest("d", prompts.tokenizer("x")["input_ids"], SamplingParams(max_tokens=1)))
     assert engine.step().stats.decision_version == 5
+
+
+def test_worker_settings_name_the_drafters_and_speculation_stays_exact(
+    model_dir: Path, prompts: PromptEncoder, tmp_path: Path
+) -> None:
+    drafter = build_llama(tmp_path / "tiny-draft", layers=1, hidden=32, seed=1)
+    settings = WorkerSettings(model_dir=str(model_dir), drafters=[str(drafter)], engine={"num_blocks": 64})
+    engine = WorkerService(settings, prompts=prompts).engine
+    assert isinstance(engine, LLMEngine) and engine.drafter_names == ["tiny-draft", "ngram"]
+    for drafter_name in ("tiny-draft", "ngram"):
+        engine.apply_decision(
+            Decision(version=1, policy="static", gamma_table=[(1 << 30, 3)], drafter=drafter_name)
+        )
+        ids = [prompts.tokenizer(p)["input_ids"] for p in PROMPTS]
+        for i, p in enumerate(ids):
+            engine.add_request(EngineRequest(f"{drafter_name}{i}", p, SamplingParams(max_tokens=10)))
+        outs = _drain(engine)
+        for i, p in enumerate(ids):
+            assert _tokens(outs[f"{drafter_name}{i}"]) == reference_greedy(model_dir, p, 10)
+    settings = WorkerSettings(
+        model_dir=str(model_dir), engine={"num_blocks": 8, "drafters": [], "ngram": False}
+    )
+    assert WorkerService(settings, prompts=prompts).engine.drafter_names == []  # type: ignore[attr-defined]
