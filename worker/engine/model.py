@@ -17,6 +17,8 @@ from worker.engine.attention import AttentionGroup, group_attention
 from worker.engine.model_config import ModelConfig
 from worker.engine.rope import Rotary
 
+MIN_GEMM_ROWS = 4
+
 
 @dataclass
 class LayerWeights:
@@ -145,4 +147,9 @@ class DecoderModel:
             hidden = hidden + F.linear(F.silu(gate) * up, layer.down, layer.down_bias)
         if logits_rows is not None:
             hidden = hidden.index_select(0, logits_rows)
-        return F.linear(rms_norm(hidden, self.norm, eps), self.lm_head)
+        n = hidden.shape[0]
+        if 1 < n < MIN_GEMM_ROWS and not hidden.is_cuda:
+            # On a CPU a 2- or 3-row product with the (wide) output layer takes the slow path
+            # of the matrix library, slower than 4 rows (shared/NOTES.md): pad, then drop.
+            hidden = torch.cat([hidden, hidden[-1:].expand(MIN_GEMM_ROWS - n, -1)])
+        return F.linear(rms_norm(hidden, self.norm, eps), self.lm_head)[:n]

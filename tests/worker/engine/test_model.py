@@ -119,3 +119,14 @@ def test_decode_rows_of_very_different_contexts(llama_dir: Path) -> None:
     with torch.inference_mode():
         for i, s in enumerate(seqs):
             assert rel_err(logits[i], hf(torch.tensor([s])).logits[0, -1]) <= 1e-4
+
+
+@pytest.mark.parametrize("rows", [2, 3])
+def test_two_or_three_logits_rows_are_padded_and_come_out_right(llama_dir: Path, rows: int) -> None:
+    hf = hf_model(llama_dir)
+    runner = runner_for(llama_dir)
+    tokens = torch.randint(3, VOCAB, (10,), generator=torch.Generator().manual_seed(4)).tolist()
+    logits, _ = runner.run([ForwardItem(tokens, 0, [0, 1, 2], rows)])
+    with torch.inference_mode():
+        ref = hf(torch.tensor([tokens])).logits[0, -rows:]
+    assert logits.shape == (rows, VOCAB) and rel_err(logits, ref) <= 1e-4
