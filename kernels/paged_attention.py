@@ -24,7 +24,7 @@ def paged_attention_torch(
     max_context: int | None = None,
 ) -> torch.Tensor:
     """Causal attention; returns ``[B, Q, H, D]`` (rows past a sequence's query_len are junk)."""
-    b, nq, h, d = q.shape
+    nq, h = q.shape[1], q.shape[2]
     kvh = k_cache.shape[2]
     lmax = int(max_context if max_context is not None else int(context_lens.max()))
     k = gather_kv_torch(k_cache, block_tables, lmax).transpose(1, 2)  # [B, KVH, L, D]
