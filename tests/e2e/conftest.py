@@ -15,11 +15,6 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_llama(tmp_path_factory.mktemp("e2e-models") / "tiny-llama")
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -8,30 +8,15 @@ from contextlib import asynccontextmanager
 
 import anyio
 import httpx
-import pytest
 import redis.asyncio as aioredis
 
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from shared import codec, jobs, keys
-from shared.connection import connect, reset_fake_server
 from shared.schemas import FinishEvent, JobEvent, JobRequest, StartEvent, TokenEvent
 from shared.streams import ensure_group, entries
 
 Script = Callable[[JobRequest], list[JobEvent]]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def r() -> AsyncIterator[aioredis.Redis]:
-    reset_fake_server()
-    client = connect("memory://")
-    yield client
-    await client.aclose()
 
 
 @asynccontextmanager

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -16,23 +15,9 @@ from planner.policies.base import Choice, Policy
 from planner.service import PlannerService
 from planner.settings import PlannerSettings
 from shared import codec, keys
-from shared.connection import connect, reset_fake_server
 from shared.schemas import Decision, PolicyCommand, Telemetry
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def r() -> AsyncIterator[aioredis.Redis]:
-    reset_fake_server()
-    client = connect("memory://")
-    yield client
-    await client.aclose()
 
 
 class Counting(Policy):

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import redis.asyncio as aioredis
 
-from shared.connection import connect, reset_fake_server
 from tests.tiny_models import build_llama
 from worker.engine.api import Engine
 from worker.engine_factory import create_engine
@@ -31,14 +28,3 @@ def engine(model_dir: Path) -> Engine:
     return create_engine(model_dir, num_blocks=256)
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def r() -> AsyncIterator[aioredis.Redis]:
-    reset_fake_server()
-    client = connect("memory://")
-    yield client
-    await client.aclose()

@@ -17,11 +17,6 @@ from shared.schemas import FinishEvent
 REQ = PlannedRequest(0, 0.0, 0, WorkloadItem("q", "c", "Hello"), max_tokens=3, seed=11)
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def gateway_stream(chat: bool, texts: list[str]) -> str:
     out = ResponseBuilder(chat, "job1", "m", include_usage=True)
     body = sse.KEEPALIVE + "".join(sse.data(out.chunk(t)) for t in texts)

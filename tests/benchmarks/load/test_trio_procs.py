@@ -20,11 +20,6 @@ REDIS_URL = "redis://127.0.0.1:6379/14"
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 async def r() -> AsyncIterator[aioredis.Redis]:
     client = connect(REDIS_URL)
     yield client
