@@ -5,8 +5,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from training.batches import encode_domains
 from training.checkpoint import dir_bytes, load_model, load_tokenizer, read_meta, write_meta
@@ -23,16 +25,29 @@ from training.evaluate import (
 from training.generate import greedy_continue
 from training.report import write_report
 from training.specs import TARGET
+from training.tokenizer import EOT
 
 EVAL_SEED = 1234
 EVAL_WINDOWS = 48  # per domain, of 256 tokens
 EVAL_PROMPTS = 32  # per domain
 EVAL_NEW_TOKENS = 96
 SEQ_LEN = 256
+SAMPLE_PROMPTS = ("Once upon a time", "def ")
+SAMPLE_TOKENS = 64
 
 
 def _r(x: float) -> float:
     return round(x, 4)
+
+
+def samples(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> dict[str, str]:
+    """Greedy continuations of the sanity-check prompts, cut at the first end of document."""
+    out = {}
+    for prompt in SAMPLE_PROMPTS:
+        ids = torch.tensor([tokenizer(prompt)["input_ids"]])
+        text = str(tokenizer.decode(greedy_continue(model, ids, SAMPLE_TOKENS)[0, 1:].tolist()))
+        out[prompt] = text.split(EOT)[0]
+    return out
 
 
 def evaluate_models(models_dir: Path, data_dir: Path, log: Callable[[str], None] = print,
@@ -56,7 +71,7 @@ def evaluate_models(models_dir: Path, data_dir: Path, log: Callable[[str], None]
     dirs = [target_dir, *drafters]
     for model_dir in dirs:
         model = target if model_dir == target_dir else load_model(model_dir)
-        results: dict[str, dict[str, float]] = {"val_loss": {}}
+        results: dict[str, Any] = {"val_loss": {}}
         for d, s in sets.items():
             results["val_loss"][d] = _r(val_loss(model, s.windows))
         if model is not target:
@@ -67,6 +82,8 @@ def evaluate_models(models_dir: Path, data_dir: Path, log: Callable[[str], None]
                 results["agreement_continuation"][d] = _r(agree)
                 results["accept_len_g4"][d] = _r(accept)
         meta = read_meta(model_dir)
+        if model is target:
+            meta["samples"] = samples(target, tokenizer)
         meta["eval"] = results
         meta["file_bytes"] = dir_bytes(model_dir)
         write_meta(model_dir, meta)

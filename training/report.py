@@ -108,6 +108,21 @@ def _detail(m: dict[str, Any]) -> str:
     return text + "."
 
 
+def _threads_note(metas: list[dict[str, Any]]) -> str:
+    threads = sorted({m["environment"]["threads"] for m in metas if "environment" in m})
+    return (f"Torch threads used: {', '.join(map(str, threads))}. With other people's jobs on the two cores, "
+            "one thread ran 1.4–2.2× faster than two (OpenMP threads wait on each other when the cores "
+            "are oversubscribed), so the committed models were trained with `--threads 1`.")
+
+
+def _samples(metas: list[dict[str, Any]]) -> list[str]:
+    lines: list[str] = []
+    for m in metas:
+        for prompt, text in m.get("samples", {}).items():
+            lines += ["", f"`{m['name']}`, greedy, from {prompt!r}:", "", "```", text.rstrip(), "```"]
+    return lines
+
+
 def render(models_dir: Path) -> str:
     lines = [HEADER, "## nj-target and its drafters", ""]
     nj = _metas(models_dir, "nj-")
@@ -118,6 +133,12 @@ def render(models_dir: Path) -> str:
         commands = sorted({m["command"] for m in nj if "command" in m})
         lines += ["", "Reproduce (also `python -m training train ...`):", ""]
         lines += [f"    {c}" for c in commands]
+        lines += ["", _threads_note(nj)]
+        lines += ["", "Quality, honestly: the target is a 5.8M-parameter model that saw about 3M tokens, so "
+                  "its greedy text starts as grammatical TinyStories prose and then repeats itself, and "
+                  "its code looks like Python without being meaningful. That is enough for a serving "
+                  "demo (the engine must reproduce exactly these tokens) but not for answering anything."]
+        lines += _samples(nj)
     else:
         lines.append("Not trained yet: run `nightjar models train`.")
     smol = _metas(models_dir, "smol-")
@@ -129,6 +150,11 @@ def render(models_dir: Path) -> str:
         "`models/smollm2-135m-instruct` (about 517 MB, gitignored, so every checkout runs the command).",
         "",
     ]
+    export = read_meta(models_dir / "smollm2-135m-instruct")
+    if export:
+        lines += [f"Last export here: pip install {export['install_seconds']} s (0 when already installed), "
+                  f"GGUF load and dequantisation {export['load_seconds']} s, save {export['save_seconds']} s "
+                  "(NOTES.md measured 16 s for the load on a quieter machine).", ""]
     if smol:
         lines += _family(smol, "smollm2-135m-instruct")
         for m in smol:

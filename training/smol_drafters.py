@@ -106,12 +106,35 @@ def build_set(teacher_seqs: list[LabelledSeq], text: torch.Tensor, recipe: Recip
                       torch.cat([soft_p, hard_p]), n_soft, teacher_seconds, weights)
 
 
+def _embedding(model: PreTrainedModel) -> torch.Tensor:
+    table = model.get_input_embeddings()
+    assert isinstance(table, torch.nn.Embedding)
+    return table.weight
+
+
+@torch.no_grad()
+def project_embeddings(teacher: PreTrainedModel, student: PreTrainedModel) -> None:
+    """Starts the student's (tied) embeddings at the teacher's, projected on their top principal axes.
+
+    A random 49,152 × 64 table needs far more steps than we can afford to learn which tokens are
+    alike; the projection hands over that structure. Rescaled to the teacher's per-entry RMS.
+    """
+    big = _embedding(teacher).float()
+    target = _embedding(student)
+    width = target.shape[1]
+    _, _, v = torch.linalg.svd(big.T @ big)  # 576 × 576: cheap, and its right vectors are the axes
+    small = big @ v[:width].T
+    small *= big.pow(2).mean().sqrt() / small.pow(2).mean().sqrt()
+    target.copy_(small)
+
+
 def train_smol_drafter(teacher: Teacher, data: DistillSet, recipe: Recipe, cfg: LoopConfig, seed: int,
                        log: Log) -> tuple[LlamaForCausalLM, TrainLog]:
     torch.manual_seed(seed)
     config = recipe.arch.llama_config(len(teacher.tokenizer), teacher.eos_id,
                                       bos_id=teacher.model.config.bos_token_id, pad_id=teacher.pad_id)
     model = LlamaForCausalLM(config).float()
+    project_embeddings(teacher.model, model)
     return model, train_loop(model, data.batches(recipe.batch_size, seed), distill_loss, cfg, log)
 
 

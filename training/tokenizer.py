@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 EOT = "<|endoftext|>"
@@ -49,6 +49,11 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = VOCAB_SIZE) -> PreTr
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer)
+    # Like a Llama tokenizer, encoding adds the bos (<|endoftext|>) in front: every training
+    # document follows one, so a prompt then reads as the start of a new document.
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{EOT} $A", pair=f"{EOT} $A {EOT} $B", special_tokens=[(EOT, tok.token_to_id(EOT))]
+    )
     return wrap_tokenizer(tok)
 
 

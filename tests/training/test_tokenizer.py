@@ -30,6 +30,14 @@ def test_saved_tokenizer_loads_with_chat_template(
     assert ids.count(0) == 2  # one <|endoftext|> closing each turn
 
 
+def test_encoding_starts_a_document(tiny_tokenizer: PreTrainedTokenizerFast, tmp_path: Path) -> None:
+    save_tokenizer(tiny_tokenizer, tmp_path)
+    tok = AutoTokenizer.from_pretrained(str(tmp_path))
+    ids = tok("Once upon a time")["input_ids"]
+    assert ids[0] == 0 and ids[1:] == tok("Once upon a time", add_special_tokens=False)["input_ids"]
+    assert tok.decode(ids, skip_special_tokens=True) == "Once upon a time"
+
+
 def test_any_text_round_trips(tiny_tokenizer: PreTrainedTokenizerFast) -> None:
     text = "Héllo wörld 東京 🙂\n\tdef f(x): return x  # unseen"
     ids = tiny_tokenizer(text, add_special_tokens=False)["input_ids"]
