@@ -7,11 +7,14 @@ alternate the configurations so a noisy machine slows them alike; times are medi
 rounds. Prefix caching is off, so every configuration pays the same prefills. Each
 speculative output is checked against the γ = 0 output (greedy must be exact).
 
-Reported per configuration: tokens per verification (accepted + 1 per verified sequence),
-per-token acceptance (accepted / judged drafts), output tokens/s, speedup over γ = 0, the
-share of step time spent drafting and scoring counterfactuals, and the catch-up at the
-first speculative step. Then, per target, one offload/reload cycle of the drafters in the
-middle of a batch (seconds of each weight move and of the KV pool resize).
+Each speculative configuration runs with counterfactual scoring of the other drafters off
+and on (``--scoring``: the engine's ``counterfactual_every``), so its cost shows. Reported per
+configuration: tokens per verification (accepted + 1 per verified sequence), per-token
+acceptance (accepted / judged drafts), output tokens/s and speedup over γ = 0 for the whole
+generation (prefill included) and for the decode steps alone (steps that prefilled nothing,
+catch-up and scoring included), the share of step time spent drafting and scoring, and the
+catch-up at the first speculative step. Then, per target, one offload/reload cycle of the
+drafters in the middle of a batch (seconds of each weight move and of the KV pool resize).
 
     python -m benchmarks.spec_bench --pair models/nj-target=models/nj-draft-prose,models/nj-draft-code \\
         --workload /work/shared/data/workloads/spec_bench_question.jsonl
@@ -40,8 +43,9 @@ from worker.engine.engine import LLMEngine
 
 _versions = itertools.count(1)
 HEAD = (
-    "| target | drafter | batch | γ | tokens / verify | acceptance | tok/s | speedup | draft % | "
-    "counterfactual % | catch-up ms | exact |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+    "| target | drafter | batch | γ | scoring | tokens / verify | acceptance | tok/s | speedup | "
+    "decode speedup | draft % | counterfactual % | catch-up ms | exact |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -51,6 +55,7 @@ class Measured:
     drafter: str
     batch: int
     gamma: int
+    scoring: int  # counterfactual_every: score the other drafters every k-th step (0: never)
     seconds: list[float] = field(default_factory=list)
     tokens: int = 0
     stats: list[StepStats] = field(default_factory=list)
@@ -59,26 +64,35 @@ class Measured:
     def total(self, name: str) -> float:
         return float(sum(getattr(s, name) for s in self.stats))
 
-    def row(self, base_tps: float) -> dict[str, Any]:
+    def tokens_per_s(self) -> float:
+        return self.tokens / statistics.median(self.seconds)
+
+    def decode_tokens_per_s(self) -> float:
+        """Over the steps that prefilled nothing (catch-ups and scoring included)."""
+        decode = [s for s in self.stats if s.prefill_tokens == 0 and s.batch_size > 0]
+        return sum(s.num_tokens for s in decode) / max(sum(s.step_time for s in decode), 1e-9)
+
+    def row(self, base: Measured) -> dict[str, Any]:
         spec = [s for s in self.stats if s.gamma > 0]
         verifies = sum(s.batch_size for s in spec)
         # The engine reports the active drafter's realised acceptance (accepted / judged drafts)
         # per step; weigh steps by the sequences they verified.
         rated = [(s.counterfactual[s.drafter], s.batch_size) for s in spec if s.drafter in s.counterfactual]
-        tps = self.tokens / statistics.median(self.seconds)
         steps = self.total("step_time") or 1.0
         return {
             "target": self.target,
             "drafter": self.drafter,
             "batch": self.batch,
             "gamma": self.gamma,
+            "scoring": self.scoring,
             "seconds": self.seconds,
             "tokens": self.tokens,
             "exact": self.exact,
             "tokens_per_verify": (self.total("accepted") + verifies) / verifies if verifies else 1.0,
             "acceptance": sum(a * b for a, b in rated) / sum(b for _, b in rated) if rated else None,
-            "tokens_per_s": tps,
-            "speedup": tps / base_tps,
+            "tokens_per_s": self.tokens_per_s(),
+            "speedup": self.tokens_per_s() / base.tokens_per_s(),
+            "decode_speedup": self.decode_tokens_per_s() / base.decode_tokens_per_s(),
             "draft_share": self.total("draft_time") / steps,
             "counterfactual_share": self.total("counterfactual_time") / steps,
             "catch_up_ms": 1e3
@@ -164,21 +178,24 @@ def bench_pair(
     rows = []
     for batch in args.batches:
         prompts = all_prompts[: max(batch, args.batch1_prompts if batch == 1 else batch)]
-        configs = [Measured(target.name, "-", batch, 0)]
-        configs += [Measured(target.name, n, batch, g) for n in names for g in args.gammas]
+        configs = [Measured(target.name, "-", batch, 0, 0)]
+        configs += [
+            Measured(target.name, n, batch, g, k) for n in names for g in args.gammas for k in args.scoring
+        ]
         decide(engine, 0, None)
         generate(engine, prompts[:batch], batch, params)  # warm-up
         reference: list[list[int]] | None = None
         for _ in range(args.rounds):
             for m in configs:
                 decide(engine, m.gamma, None if m.drafter == "-" else m.drafter)
+                if engine.spec.pool is not None:
+                    engine.spec.pool.every = m.scoring
                 seconds, outs, stats = generate(engine, prompts, batch, params)
                 reference = reference if reference is not None else outs
                 m.seconds.append(seconds)
                 m.tokens, m.exact = sum(len(o) for o in outs), m.exact and outs == reference
                 m.stats += stats
-        base = configs[0].tokens / statistics.median(configs[0].seconds)
-        rows += [m.row(base) for m in configs]
+        rows += [m.row(configs[0]) for m in configs]
     return rows, memory_cycle(engine, all_prompts, max(args.batches), params)
 
 
@@ -201,9 +218,11 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = [HEAD]
     for r in rows:
         acc = "–" if r["acceptance"] is None else f"{r['acceptance']:.2f}"
+        scoring = "–" if r["gamma"] == 0 else "off" if r["scoring"] == 0 else f"every {r['scoring']}"
         cells = [
-            r["target"], r["drafter"], r["batch"], r["gamma"], f"{r['tokens_per_verify']:.2f}", acc,
-            f"{r['tokens_per_s']:.1f}", f"{r['speedup']:.2f}×", f"{100 * r['draft_share']:.0f}",
+            r["target"], r["drafter"], r["batch"], r["gamma"], scoring, f"{r['tokens_per_verify']:.2f}", acc,
+            f"{r['tokens_per_s']:.1f}", f"{r['speedup']:.2f}×", f"{r['decode_speedup']:.2f}×",
+            f"{100 * r['draft_share']:.0f}",
             f"{100 * r['counterfactual_share']:.0f}", f"{r['catch_up_ms']:.0f}",
             "yes" if r["exact"] else "NO",
         ]  # fmt: skip
@@ -223,6 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--max-prompt-tokens", type=int, default=256)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument(
+        "--scoring",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[0, 1],
+        help="counterfactual_every values to run each speculative configuration with (0: no scoring)",
+    )
     p.add_argument(
         "--threads", type=int, default=1, help="torch threads (1: small products stall on 2 shared cores)"
     )
