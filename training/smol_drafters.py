@@ -39,10 +39,10 @@ SOFT_SHARE = 0.5  # of each batch drawn from the teacher-labelled rows
 SMOL_ARCH = ArchSpec(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=192, max_positions=8192,
                      rope_theta=100000.0)
 SMOL_DRAFTERS = (
-    Recipe(name="smol-draft-chat", arch=SMOL_ARCH, domains=("chat",), steps=160, batch_size=8, lr=3e-3,
-           warmup=10, distill=True, topk=32, continuations=96, max_windows=1500),
-    Recipe(name="smol-draft-code", arch=SMOL_ARCH, domains=("code",), steps=160, batch_size=8, lr=3e-3,
-           warmup=10, distill=True, topk=32, continuations=64, max_windows=1500),
+    Recipe(name="smol-draft-chat", arch=SMOL_ARCH, domains=("chat",), steps=400, batch_size=8, lr=1e-2,
+           warmup=20, distill=True, topk=32, continuations=96, max_windows=1500),
+    Recipe(name="smol-draft-code", arch=SMOL_ARCH, domains=("code",), steps=400, batch_size=8, lr=1e-2,
+           warmup=20, distill=True, topk=32, continuations=64, max_windows=1500),
 )
 
 
@@ -106,7 +106,7 @@ def build_set(teacher_seqs: list[LabelledSeq], text: torch.Tensor, recipe: Recip
                       torch.cat([soft_p, hard_p]), n_soft, teacher_seconds, weights)
 
 
-def _embedding(model: PreTrainedModel) -> torch.Tensor:
+def embedding_table(model: PreTrainedModel) -> torch.Tensor:
     table = model.get_input_embeddings()
     assert isinstance(table, torch.nn.Embedding)
     return table.weight
@@ -119,8 +119,8 @@ def project_embeddings(teacher: PreTrainedModel, student: PreTrainedModel) -> No
     A random 49,152 × 64 table needs far more steps than we can afford to learn which tokens are
     alike; the projection hands over that structure. Rescaled to the teacher's per-entry RMS.
     """
-    big = _embedding(teacher).float()
-    target = _embedding(student)
+    big = embedding_table(teacher).float()
+    target = embedding_table(student)
     width = target.shape[1]
     _, _, v = torch.linalg.svd(big.T @ big)  # 576 × 576: cheap, and its right vectors are the axes
     small = big @ v[:width].T

@@ -66,3 +66,19 @@ def test_saved_drafter_carries_the_teacher_tokenizer(teacher: Teacher, tmp_path:
     out = save_model(drafter, teacher.tokenizer, tmp_path / "d", {"teacher": "t"})
     assert (out / "tokenizer.json").read_text() == (teacher.directory / "tokenizer.json").read_text()
     assert load_model(out).config.vocab_size == len(teacher.tokenizer)
+
+
+def test_projected_embeddings_keep_the_teacher_geometry(teacher: Teacher) -> None:
+    torch.manual_seed(1)
+    big = smol_drafters.embedding_table(teacher.model)
+    with torch.no_grad():  # a teacher table of rank 8, so an 8-wide projection loses nothing
+        big.copy_(torch.randn(big.shape[0], 8) @ torch.randn(8, big.shape[1]))
+    student = LlamaForCausalLM(ArchSpec(8, 1, 2, 1, 16).llama_config(big.shape[0], 0))
+    smol_drafters.project_embeddings(teacher.model, student)
+    small = smol_drafters.embedding_table(student)
+    assert small.shape == (big.shape[0], 8)
+    assert torch.allclose(small.pow(2).mean(), big.pow(2).mean(), rtol=1e-4)
+    gram_big, gram_small = big @ big.T, small @ small.T
+    scale = gram_big.abs().mean() / gram_small.abs().mean()
+    assert torch.allclose(gram_small * scale, gram_big, atol=1e-3 * gram_big.abs().max().item())
+    assert student.get_output_embeddings().weight.data_ptr() == small.data_ptr()  # tied: output moved too
