@@ -12,6 +12,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from tests.worker.engine.tiny import hf_greedy, hf_model
+
 TEXT = [
     "The quick brown fox jumps over the lazy dog.",
     "Once upon a time there was a little robot who liked to count stars.",
@@ -73,14 +75,4 @@ def reference_greedy(
     model_dir: Path, prompt_ids: list[int], max_new_tokens: int, ignore_eos: bool = False
 ) -> list[int]:
     """transformers' own greedy ``generate`` on the saved model: the exactness oracle."""
-    model = LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    if ignore_eos:
-        model.generation_config.eos_token_id = None
-    with torch.inference_mode():
-        out = model.generate(
-            torch.tensor([prompt_ids]),
-            attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-        )
-    return [int(t) for t in out[0, len(prompt_ids) :]]
+    return hf_greedy(hf_model(model_dir), prompt_ids, max_new_tokens, stop_at_eos=not ignore_eos)

@@ -196,6 +196,44 @@ async def test_malformed_entry_is_dead_lettered_and_workers_keep_serving(
     assert resp.status_code == 200 and resp.json()["usage"]["completion_tokens"] == 4
 
 
+async def test_policy_swapped_mid_load_drops_nothing_and_stays_exact(
+    cluster: Cluster, gw: httpx.AsyncClient, r: aioredis.Redis
+) -> None:
+    """`nightjar planner use` while 16 jobs run on both workers: the planner takes the new
+    policy without a restart, both workers apply it, every job completes, greedy stays exact."""
+    tok = _tokenizer(cluster.model_dir)
+    prompts = [f"Speculate on swap {i}, the quick brown fox" for i in range(16)]
+    before = codec.decode_as(await r.get(keys.DECISION_LATEST), Decision).version
+    params = {"max_tokens": 24, "ignore_eos": True}
+    job_ids = [
+        (await gw.post("/v1/jobs", json={"prompt": p, "params": params})).json()["id"] for p in prompts
+    ]
+
+    async def started() -> bool:
+        states = [(await gw.get(f"/v1/jobs/{j}")).json()["status"] for j in job_ids]
+        return "running" in states
+
+    await poll(started, 60, "jobs to be running", every_s=0.05)
+    cmd = [sys.executable, "-m", "nightjar", "planner", "--redis-url", REDIS_URL, "use", "nightjar"]
+    done = await anyio.run_process([*cmd, "--set", "gamma_max=3"], check=False)
+    assert done.returncode == 0, done.stderr
+    for i, job_id in enumerate(job_ids):
+        info = await _result(gw, job_id, timeout_s=150)
+        assert info["status"] == "finished", info
+        expected = reference_greedy(cluster.model_dir, tok(prompts[i])["input_ids"], 24, ignore_eos=True)
+        assert info["result"]["token_ids"] == expected, i
+
+    async def applied() -> Decision | None:
+        latest = codec.decode_as(await r.get(keys.DECISION_LATEST), Decision)
+        acks = {int(v) for v in (await r.hgetall(keys.DECISION_ACKS)).values()}
+        return latest if latest.policy == "nightjar" and acks and min(acks) >= latest.version else None
+
+    latest = await poll(applied, 30, "both workers to apply the nightjar policy's decision")
+    assert isinstance(latest, Decision) and latest.version > before
+    notes = [codec.decode_as(f[codec.FIELD], Decision).note for _, f in await r.xrange(keys.DECISIONS_STREAM)]
+    assert any("static -> nightjar" in n for n in notes if n)  # the swap is recorded in the stream
+
+
 async def test_killed_worker_job_is_taken_over_and_completes(
     cluster: Cluster, gw: httpx.AsyncClient, r: aioredis.Redis
 ) -> None:
