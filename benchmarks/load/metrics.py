@@ -1,11 +1,15 @@
 """Per-phase numbers of one configuration, from request records and telemetry.
 
-Throughput is counted where tokens reach the client: each request's tokens (from its usage
-chunk) are spread evenly over its text chunks, and a window counts the chunks that arrived
-inside it. The whole run divides every token by the makespan (from the start of the first
-phase to the last [DONE]); tokens streamed after the last phase (the drain) count only there.
-Latencies of a phase are those of the requests that arrived in it. Acceptance, γ, drafter,
-offload and KV usage come from the telemetry steps inside the window.
+A phase's throughput is that of its arrival cohort: the output tokens of the requests that
+arrived in it, divided by the time from the phase's start to the later of its end and the
+last of those requests' completion. In a phase the server keeps up with, that is the offered
+load; in an overloaded one it is what the configuration can serve, and a backlog is charged to
+the phase that made it, never credited to the next one (tokens streamed inside the window,
+whoever asked for them, are kept as ``output_tokens``: a backlog drained in a quiet phase
+would otherwise count as that phase's speed). The whole run divides every token by the
+makespan (from the start of the first phase to the last [DONE]). Latencies of a phase are
+those of the requests that arrived in it. Acceptance, γ, drafter, offload and KV usage come
+from the telemetry steps inside the window.
 """
 
 from __future__ import annotations
@@ -46,8 +50,9 @@ class PhaseStats:
     requests: int = 0
     completed: int = 0
     errors: int = 0
-    output_tokens: float = 0.0
-    tok_s: float = 0.0  # client-side output tokens per second
+    output_tokens: float = 0.0  # streamed to clients inside the window, by any request
+    cohort_tokens: int = 0  # output tokens of the requests that arrived in the window
+    tok_s: float = 0.0  # the arrival cohort's output tokens per second (module docstring)
     server_tok_s: float | None = None  # from telemetry num_tokens
     ttft: Dist = field(default_factory=Dist)
     tpot: Dist = field(default_factory=Dist)
@@ -142,7 +147,9 @@ def phase_stats(
     ps.tpot = dist([v for r in ok if (v := r.tpot) is not None])
     ps.e2e = dist([v for r in ok if (v := r.e2e) is not None])
     ps.output_tokens = tokens_in(all_records, start, math.nextafter(end, math.inf) if closed else end)
-    ps.tok_s = ps.output_tokens / (end - start) if end > start else 0.0
+    ps.cohort_tokens = sum(r.completion_tokens or 0 for r in ok)
+    served_by = max([end, *(r.end_s for r in ok if r.end_s is not None)])
+    ps.tok_s = ps.cohort_tokens / (served_by - start) if served_by > start else 0.0
     add_telemetry(ps, steps_in(telemetry, t0_wall, start, end), decisions)
     return ps
 

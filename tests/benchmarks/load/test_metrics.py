@@ -47,6 +47,16 @@ def test_tokens_are_spread_over_chunks_and_counted_in_windows() -> None:
     assert tokens_in(records, 2.5, 10.0) == pytest.approx(4.0)
 
 
+def test_a_backlog_is_charged_to_the_phase_that_made_it() -> None:
+    ws = windows(parse_phases("high:5:10,low:1:10"))
+    slow = [rec(0, 0, 1.0, [2.0, 18.0], tokens=10), rec(1, 1, 12.0, [19.0, 20.0], tokens=2)]
+    fast = [rec(0, 0, 1.0, [2.0, 5.0], tokens=10), rec(1, 1, 12.0, [13.0, 14.0], tokens=2)]
+    (s_high, s_low, _), (f_high, f_low, _) = (config_stats(r, [], [], T0_WALL, ws) for r in (slow, fast))
+    assert s_high.tok_s == pytest.approx(10 / 18) and f_high.tok_s == pytest.approx(10 / 10)
+    assert s_low.tok_s == pytest.approx(2 / 10) == f_low.tok_s  # the slow one's backlog is not low's speed
+    assert s_low.output_tokens > f_low.output_tokens
+
+
 def test_config_stats_per_phase_and_whole_run() -> None:
     ws = windows(parse_phases("low:1:10,high:5:10"))
     records = [
@@ -73,6 +83,7 @@ def test_config_stats_per_phase_and_whole_run() -> None:
     assert low.mean_gamma == 0.0 and low.acceptance is None
     assert (high.requests, high.completed, high.errors) == (2, 1, 1)
     assert high.output_tokens == pytest.approx(4.0)  # 2 of the 4 chunks arrived before 20 s
+    assert high.cohort_tokens == 8 and high.tok_s == pytest.approx(8 / 15)  # served by 25 s, from 10 s
     assert high.e2e.p50 == pytest.approx(14.0)
     assert (high.proposed, high.accepted) == (12, 6)
     assert high.acceptance == pytest.approx(0.5)
