@@ -8,6 +8,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
+from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 _TYPES = {
@@ -67,6 +68,11 @@ def install(app: FastAPI) -> None:
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         err = from_validation(exc)
         return JSONResponse(error_body(400, err.message, err.param), status_code=400)
+
+    @app.exception_handler(RedisError)
+    async def _store_down(request: Request, exc: RedisError) -> JSONResponse:
+        body = error_body(503, f"the job store (Redis) is unavailable: {type(exc).__name__}: {exc}")
+        return JSONResponse(body, status_code=503)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

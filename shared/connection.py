@@ -18,6 +18,12 @@ if TYPE_CHECKING:
 
 DEFAULT_URL = "memory://"
 ENV_VAR = "NIGHTJAR_REDIS_URL"
+MAX_CONNECTIONS_VAR = "NIGHTJAR_REDIS_MAX_CONNECTIONS"
+# Every open event stream holds a connection in a blocking XREAD, so a gateway under load
+# needs one per client in flight; redis-py's default pool (100, then an error) is far too
+# small. Past the cap a caller waits for a free connection instead of failing.
+DEFAULT_MAX_CONNECTIONS = 10_000
+POOL_WAIT_S = 30.0
 
 _fake_server: fakeredis.FakeServer | None = None
 _fake_lock = threading.Lock()
@@ -54,7 +60,13 @@ def connect(url: str | None = None) -> aioredis.Redis:
         return fakeredis.FakeAsyncRedis(server=fake_server(), decode_responses=False)
     if url.startswith(("redis://", "rediss://", "unix://")):
         # redis-py's default socket_timeout=5 would cut XREADGROUP BLOCK waits short.
-        return aioredis.Redis.from_url(
-            url, decode_responses=False, socket_timeout=None, health_check_interval=30
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url,
+            max_connections=int(os.environ.get(MAX_CONNECTIONS_VAR, DEFAULT_MAX_CONNECTIONS)),
+            timeout=POOL_WAIT_S,
+            decode_responses=False,
+            socket_timeout=None,
+            health_check_interval=30,
         )
+        return aioredis.Redis(connection_pool=pool)
     raise ValueError(f"unsupported Redis URL {url!r}: use redis://host:port/db or memory://")

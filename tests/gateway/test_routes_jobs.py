@@ -112,3 +112,13 @@ async def test_unparseable_json_and_unknown_routes_get_json_errors(r: aioredis.R
     assert bad_json.status_code == 400 and bad_json.json()["error"]["param"] is None
     assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found_error"
     assert wrong_method.status_code == 405 and "error" in wrong_method.json()
+
+
+async def test_an_unreachable_store_is_a_503_with_a_json_body() -> None:
+    down = aioredis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=1)  # nothing listens there
+    async with gateway(down) as gw:
+        resp = await gw.post("/v1/jobs", json={"prompt": "hi"})
+    assert resp.status_code == 503
+    error = resp.json()["error"]
+    assert error["type"] == "service_unavailable" and "Redis" in error["message"]
+    await down.aclose()

@@ -41,6 +41,38 @@ def test_redis_url_gives_real_client_without_socket_timeout() -> None:
     assert kwargs["socket_timeout"] is None and kwargs["db"] == 5
 
 
+def test_redis_pool_waits_for_a_connection_instead_of_failing(monkeypatch: pytest.MonkeyPatch) -> None:
+    pool = connection.connect("redis://127.0.0.1:6379/5").connection_pool
+    assert isinstance(pool, aioredis.BlockingConnectionPool)
+    assert pool.max_connections == connection.DEFAULT_MAX_CONNECTIONS
+    monkeypatch.setenv(connection.MAX_CONNECTIONS_VAR, "7")
+    assert connection.connect("redis://127.0.0.1:6379/5").connection_pool.max_connections == 7
+
+
+@pytest.mark.redis
+async def test_more_blocked_readers_than_redis_pys_default_pool() -> None:
+    """Each open event stream of the gateway holds a connection in XREAD BLOCK: 150 of them
+    at once (redis-py's default pool stops at 100 with an error) all get their entry."""
+    client = connection.connect("redis://127.0.0.1:6379/12")
+    await client.delete("nj:test:fanout")
+    got: list[object] = []
+
+    async def read() -> None:
+        got.append(await client.xread({"nj:test:fanout": "0-0"}, block=20_000))
+
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                for _ in range(150):
+                    tg.start_soon(read)
+                await anyio.sleep(0.5)
+                await client.xadd("nj:test:fanout", {b"m": b"x"})
+        assert len(got) == 150 and all(got)
+    finally:
+        await client.delete("nj:test:fanout")
+        await client.aclose()
+
+
 def test_default_url_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(connection.ENV_VAR, raising=False)
     assert connection.default_url() == "memory://"
