@@ -68,20 +68,20 @@ async def _exercise(
     )
     assert chat.status_code == 200 and chat.json()["usage"]["completion_tokens"] == 3
 
-    # Cancel a long job mid-stream.
-    job_id = (
-        await gw.post("/v1/jobs", json={"prompt": "x", "params": {"max_tokens": 3000, "ignore_eos": True}})
-    ).json()["id"]
+    # Cancel a long job mid-stream. Sampled, so the n-gram drafter cannot race through a tiny
+    # model's repetitive greedy output: 4000 tokens take seconds, the cancel milliseconds.
+    params = {"max_tokens": 4000, "ignore_eos": True, "temperature": 1.0, "seed": 1}
+    job_id = (await gw.post("/v1/jobs", json={"prompt": "x", "params": params})).json()["id"]
     kinds: list[str] = []
     async with gw.stream("GET", f"/v1/jobs/{job_id}/events") as events:
         async for line in events.aiter_lines():
             if line.startswith("event: "):
                 kinds.append(line[7:])
-                if kinds.count("token") == 2:
+                if kinds.count("token") == 1:
                     assert (await gw.delete(f"/v1/jobs/{job_id}")).status_code == 202
     info = (await gw.get(f"/v1/jobs/{job_id}")).json()
     assert kinds[0] == "start" and kinds[-1] == "finish" and info["status"] == "cancelled"
-    assert 2 <= info["result"]["completion_tokens"] < 3000
+    assert 1 <= info["result"]["completion_tokens"] < 4000
 
     # Swap the planner's policy through the admin route; the worker applies it live.
     resp = await gw.post(
