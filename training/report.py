@@ -158,12 +158,13 @@ def render(models_dir: Path) -> str:
     if smol:
         lines += [
             "The drafters are not committed (10 MB each, and weak: see below); "
-            "`nightjar models train-smol-drafters` rebuilds them deterministically (seed 0; about 25 minutes "
-            "on one core here, teacher labelling included) into `models/`, where `nightjar up --model "
-            "models/smollm2-135m-instruct` loads them. Their 49,152-wide output layer over a 64-wide model is "
-            "most of their size and cost; they agree with SmolLM2 on a fair share of held-out reference text "
-            "but rarely on SmolLM2's own continuations, which is what a verifier sees, so speculation with "
-            "them loses (BENCHMARKS.md) and the n-gram drafter is SmolLM2's useful one on this machine.",
+            "`nightjar models train-smol-drafters` rebuilds them with seed 0 (about 25 minutes on one "
+            "core here, teacher labelling included) into `models/`, where `nightjar up --model "
+            "models/smollm2-135m-instruct` loads them. Their 49,152-wide output layer over a 64-wide "
+            "model is most of their size and cost; they agree with SmolLM2 on a fair share of held-out "
+            "reference text but rarely on SmolLM2's own continuations, which is what a verifier sees, "
+            "so speculation with them loses (BENCHMARKS.md) and the n-gram drafter is SmolLM2's useful "
+            "one on this machine.",
             "",
         ]
         lines += _family(smol, "smollm2-135m-instruct")
