@@ -6,6 +6,7 @@ library and the Llama weights are random, so a test model builds and loads in ab
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -75,4 +76,10 @@ def reference_greedy(
     model_dir: Path, prompt_ids: list[int], max_new_tokens: int, ignore_eos: bool = False
 ) -> list[int]:
     """transformers' own greedy ``generate`` on the saved model: the exactness oracle."""
-    return hf_greedy(hf_model(model_dir), prompt_ids, max_new_tokens, stop_at_eos=not ignore_eos)
+    return hf_greedy(_loaded(Path(model_dir)), prompt_ids, max_new_tokens, stop_at_eos=not ignore_eos)
+
+
+@lru_cache(maxsize=4)
+def _loaded(model_dir: Path) -> object:
+    """One load per model directory: the end-to-end tests ask for dozens of references."""
+    return hf_model(model_dir)
