@@ -32,6 +32,8 @@ class WorkerSettings:
     heartbeat_s: float = 1.0  # idle telemetry and registration period
     lag_refresh_s: float = 0.5  # how stale the job-stream lag in telemetry may be
     decision_check_s: float = 1.0  # how often a decision's staleness is checked
+    drain_timeout_s: float = 30.0  # on SIGTERM: finish running jobs this long, then hand them back
+    result_ttl_s: float = 24 * 3600  # job record, result and events live this long after the last write
 
     def __post_init__(self) -> None:
         if self.renew_s >= self.claim_idle_s:
