@@ -1,20 +1,26 @@
-"""The gateway application: job API, OpenAI-compatible routes, admin, health. No model here."""
+"""The gateway application: job API, OpenAI-compatible routes, admin, health. No model here.
+
+Middleware, outermost first: ``CatchAll`` (no plain-text 500), ``Limits`` (requests in
+flight, body size and deadlines), ``Guard`` (API keys and rate limits of /v1).
+"""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import redis.asyncio as aioredis
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
-from redis.exceptions import RedisError
+from fastapi import FastAPI
 
-from gateway import errors, routes_admin, routes_jobs, routes_openai
+from gateway import errors, health, routes_admin, routes_jobs, routes_openai
+from gateway.auth import Guard
+from gateway.limits import Limits
 from gateway.settings import GatewaySettings
 from gateway.store import JobStore
 from shared.connection import connect
+
+log = logging.getLogger("nightjar.gateway")
 
 
 def create_app(settings: GatewaySettings, redis: aioredis.Redis | None = None) -> FastAPI:
@@ -23,27 +29,25 @@ def create_app(settings: GatewaySettings, redis: aioredis.Redis | None = None) -
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if not settings.api_keys:
+            log.warning(
+                "no API key configured (--api-key / NIGHTJAR_API_KEYS): every /v1 route is open "
+                "and every client sees every job"
+            )
         yield
         if redis is None:
             await client.aclose()
 
     app = FastAPI(title="Nightjar gateway", lifespan=lifespan)
     app.state.settings = settings
-    app.state.store = JobStore(client, settings.max_queue)
+    app.state.store = JobStore(client, settings)
     errors.install(app)
+    app.include_router(health.router)
     app.include_router(routes_jobs.router)
     app.include_router(routes_openai.router)
     app.include_router(routes_admin.router)
-
-    @app.get("/health", response_model=None)
-    async def health(request: Request) -> Any:
-        store: JobStore = request.app.state.store
-        try:
-            await store.r.ping()
-            workers = await store.workers(settings.worker_timeout_s)
-            queued = await store.queue_load()
-        except (RedisError, OSError) as exc:
-            return JSONResponse({"status": "unavailable", "error": str(exc)}, status_code=503)
-        return {"status": "ok", "workers": len(workers), "queued": queued}
-
+    # add_middleware wraps what is there: the last added runs first.
+    app.add_middleware(Guard, settings=settings)
+    app.add_middleware(Limits, settings=settings)
+    app.add_middleware(errors.CatchAll)
     return app

@@ -12,7 +12,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gateway.errors import APIError, from_validation
-from shared.schemas import ChatMessage, FinishEvent, SamplingParams
+from shared.errors import ErrorCode
+from shared.schemas import INT32_MAX, ChatMessage, FinishEvent, SamplingParams
 
 
 class StreamOptions(BaseModel):
@@ -24,7 +25,7 @@ class _Common(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=INT32_MAX)
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     n: int = Field(default=1, ge=1, le=1, description="only 1 is supported")
@@ -35,9 +36,9 @@ class _Common(BaseModel):
     user: str | None = None
     presence_penalty: float = Field(default=0.0, ge=0.0, le=0.0, description="not supported")
     frequency_penalty: float = Field(default=0.0, ge=0.0, le=0.0, description="not supported")
-    top_k: int = Field(default=0, ge=0)
+    top_k: int = Field(default=0, ge=0, le=INT32_MAX)
     ignore_eos: bool = False
-    priority: int = 0
+    priority: int = Field(default=0, ge=-INT32_MAX, le=INT32_MAX)
 
     @property
     def include_usage(self) -> bool:
@@ -71,17 +72,19 @@ class CompletionRequest(_Common):
         if isinstance(p, str):
             return {"prompt": p}
         if not p:
-            raise APIError(400, "prompt must not be empty", param="prompt")
+            raise APIError.of(ErrorCode.BAD_REQUEST, "prompt must not be empty", param="prompt")
         if all(isinstance(x, str) for x in p):
             if len(p) != 1:
-                raise APIError(400, "only one prompt per request is supported", param="prompt")
+                raise APIError.of(
+                    ErrorCode.BAD_REQUEST, "only one prompt per request is supported", param="prompt"
+                )
             return {"prompt": p[0]}
         return {"prompt_token_ids": list(p)}
 
 
 class ChatRequest(_Common):
     messages: list[dict[str, Any]] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=INT32_MAX)
     logprobs: Literal[False] = False
 
     @field_validator("messages")

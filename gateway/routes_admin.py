@@ -6,29 +6,86 @@ import hmac
 from typing import Any
 
 from fastapi import APIRouter, Header, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gateway.errors import APIError
 from shared import codec, keys
-from shared.schemas import PolicyCommand
+from shared.errors import ErrorCode
+from shared.schemas import PolicyCommand, valid_text
 
 router = APIRouter()
 
 
+MAX_PARAMS_DEPTH = 8  # nesting of lists / objects in a policy's params
+MAX_PARAMS_NODES = 10_000  # values in all, at any depth
+MAX_TEXT = 10_000  # characters of any one string (key or value)
+
+
+def check_params(value: Any) -> Any:
+    """``value`` unchanged when it is small, shallow JSON that packs: bounded depth and size,
+    64-bit integers, finite numbers, valid Unicode; else a ValueError saying what is wrong."""
+    nodes = 0
+
+    def walk(v: Any, depth: int) -> None:
+        nonlocal nodes
+        nodes += 1
+        if nodes > MAX_PARAMS_NODES:
+            raise ValueError(f"params have more than {MAX_PARAMS_NODES} values")
+        if depth > MAX_PARAMS_DEPTH:
+            raise ValueError(f"params are nested more than {MAX_PARAMS_DEPTH} deep")
+        if isinstance(v, bool) or v is None:
+            return
+        if isinstance(v, int):
+            if not -(2**63) <= v < 2**63:
+                raise ValueError("params integers must fit in 64 bits")
+        elif isinstance(v, float):
+            if v != v or v in (float("inf"), float("-inf")):
+                raise ValueError("params numbers must be finite")
+        elif isinstance(v, str):
+            if len(v) > MAX_TEXT:
+                raise ValueError(f"params strings must be at most {MAX_TEXT} characters")
+            valid_text(v)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x, depth + 1)
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                walk(k, depth + 1)
+                walk(x, depth + 1)
+        else:
+            raise ValueError(f"params values must be JSON, not {type(v).__name__}")
+
+    walk(value, 0)
+    return value
+
+
 class PolicyBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    policy: str = Field(min_length=1)
+    policy: str = Field(min_length=1, max_length=200)
     params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("policy")
+    @classmethod
+    def _policy_text(cls, v: str) -> str:
+        return valid_text(v)
+
+    @field_validator("params", mode="plain")
+    @classmethod
+    def _params(cls, v: Any) -> dict[str, Any]:
+        if not isinstance(v, dict):
+            raise ValueError("params must be an object")
+        return check_params(v)  # type: ignore[no-any-return]
 
 
 def _authorize(request: Request, authorization: str | None) -> None:
     token: str | None = request.app.state.settings.admin_token
     if not token:
-        raise APIError(503, "admin routes are disabled: set NIGHTJAR_ADMIN_TOKEN", code="admin_disabled")
+        raise APIError.of(ErrorCode.ADMIN_DISABLED, "admin routes are disabled: set NIGHTJAR_ADMIN_TOKEN")
     if not authorization or not authorization.lower().startswith("bearer "):
-        raise APIError(401, "missing bearer token", code="unauthorized")
-    if not hmac.compare_digest(authorization[7:].strip().encode(), token.encode()):
-        raise APIError(403, "wrong admin token", code="forbidden")
+        raise APIError.of(ErrorCode.UNAUTHORIZED, "missing bearer token")
+    given = authorization[7:].strip().encode("utf-8", "surrogateescape")
+    if not hmac.compare_digest(given, token.encode()):
+        raise APIError.of(ErrorCode.FORBIDDEN, "wrong admin token")
 
 
 @router.post("/admin/policy", status_code=202)

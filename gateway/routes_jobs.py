@@ -1,31 +1,41 @@
-"""The job API: submit, inspect, follow (SSE, resumable), cancel."""
+"""The job API: submit, inspect, follow (SSE, resumable), cancel.
+
+A submit may name its job (``id``) or carry an ``Idempotency-Key`` header; either way a
+retry of the same request returns the same job (``Idempotent-Replayed: true``), and the
+same id or key with a different request is a 409. Jobs are visible to their owner only.
+"""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gateway import sse
-from gateway.errors import APIError
-from gateway.store import JobStore, new_job_id, valid_event_id
-from shared.schemas import ChatMessage, JobRequest, SamplingParams
+from gateway.auth import owner
+from gateway.errors import APIError, from_validation
+from gateway.ids import client_job_id, fingerprint, idempotent_job_id, job_not_found, new_job_id, valid_job_id
+from gateway.store import JobStore, valid_event_id
+from gateway.submission import capacity, fit_max_tokens
+from shared.errors import ErrorCode
+from shared.schemas import INT32_MAX, ChatMessage, JobRequest, SamplingParams
 
 router = APIRouter()
+REPLAYED_HEADER = "Idempotent-Replayed"
 
 
 class JobSubmission(BaseModel):
-    """Exactly one of prompt, prompt_token_ids, messages."""
+    """Exactly one of prompt, prompt_token_ids, messages; ``id`` optionally names the job."""
 
     model_config = ConfigDict(extra="forbid")
+    id: str | None = None
     prompt: str | None = None
     prompt_token_ids: list[int] | None = None
     messages: list[ChatMessage] | None = None
     params: SamplingParams = Field(default_factory=SamplingParams)
-    priority: int = 0
+    priority: int = Field(default=0, ge=-INT32_MAX, le=INT32_MAX)
 
 
 def _store(request: Request) -> JobStore:
@@ -33,19 +43,44 @@ def _store(request: Request) -> JobStore:
     return store
 
 
-@router.post("/v1/jobs", status_code=202)
-async def submit(body: JobSubmission, request: Request) -> dict[str, Any]:
+def chosen_job_id(request: Request, given: str | None, idempotency_key: str | None) -> tuple[str, bool]:
+    """(the job id, whether a retry reaches the same id): the client's id, else the
+    Idempotency-Key's, else a fresh one."""
+    if given is not None:
+        return client_job_id(given), True
+    derived = idempotent_job_id(owner(request), idempotency_key)
+    return (derived, True) if derived is not None else (new_job_id(), False)
+
+
+@router.post("/v1/jobs", status_code=202, response_model=None)
+async def submit(
+    body: JobSubmission,
+    request: Request,
+    idempotency_key: str | None = Header(default=None, alias="Idempotency-Key"),
+) -> Response:
+    store = _store(request)
+    job_id, stable = chosen_job_id(request, body.id, idempotency_key)
+    cap = await capacity(store, job_id if stable else None)
+    prompt_tokens = len(body.prompt_token_ids) if body.prompt_token_ids is not None else None
+    explicit = "max_tokens" in body.params.model_fields_set
+    max_tokens = fit_max_tokens(cap, body.params.max_tokens, explicit, prompt_tokens)
+    fields = body.model_dump(exclude={"id"})
+    fields["params"] = body.params.model_copy(update={"max_tokens": max_tokens})
     try:
-        job = JobRequest(job_id=new_job_id(), **body.model_dump())
+        job = JobRequest(job_id=job_id, **fields)
+    except ValidationError as exc:
+        raise from_validation(exc) from None
     except ValueError as exc:
-        raise APIError(400, str(exc)) from None
-    job = await _store(request).submit(job)
-    return {"id": job.job_id, "status": "queued"}
+        raise APIError.of(ErrorCode.BAD_REQUEST, str(exc)) from None
+    fp = fingerprint("jobs", body.model_dump(mode="json", exclude={"id"}))
+    got = await store.submit(job, owner=owner(request), fingerprint=fp)
+    headers = {REPLAYED_HEADER: "true"} if not got.created else {}
+    return JSONResponse({"id": got.job_id, "status": got.status}, status_code=202, headers=headers)
 
 
 @router.get("/v1/jobs/{job_id}")
-async def get_job(job_id: str, request: Request) -> dict[str, Any]:
-    return await _store(request).info(job_id)
+async def get_job(job_id: str, request: Request) -> dict[str, object]:
+    return await _store(request).info(job_id, owner(request))
 
 
 @router.get("/v1/jobs/{job_id}/events", response_model=None)
@@ -54,12 +89,16 @@ async def job_events(
 ) -> Response:
     """The job's events as SSE (id: the event's stream entry id). Reconnect with
     Last-Event-ID to continue after the last event received; the stream ends after the
-    finish or error event."""
+    finish or error event, or at once when the job is over and nothing follows the id."""
+    if not valid_job_id(job_id):
+        raise job_not_found(job_id)
     store = _store(request)
-    await store.info(job_id)  # 404 for an unknown job
+    await store.info(job_id, owner(request))  # 404 for an unknown job (or another owner's)
     after = last_event_id or "0-0"
     if not valid_event_id(after):
-        raise APIError(400, "Last-Event-ID must be an event id like 1700000000000-0", param="Last-Event-ID")
+        raise APIError.of(
+            ErrorCode.BAD_REQUEST, "Last-Event-ID must be an event id like 1700000000000-0", param="Last-Event-ID"
+        )
     keepalive_s: float = request.app.state.settings.keepalive_s
 
     async def body() -> AsyncIterator[str]:
@@ -74,6 +113,6 @@ async def job_events(
 
 @router.delete("/v1/jobs/{job_id}", response_model=None)
 async def cancel(job_id: str, request: Request) -> Response:
-    status = await _store(request).cancel(job_id)
+    status = await _store(request).cancel(job_id, owner(request))
     code = 202 if status == "cancelling" else 200
     return JSONResponse({"id": job_id, "status": status}, status_code=code)

@@ -1,22 +1,30 @@
-"""OpenAI-compatible routes: /v1/completions, /v1/chat/completions, /v1/models."""
+"""OpenAI-compatible routes: /v1/completions, /v1/chat/completions, /v1/models.
+
+An ``Idempotency-Key`` header makes a retried request follow the job the first attempt made
+(its result, or its stream from the start) instead of running a second one.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
-import anyio
-from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi import APIRouter, Header, Request
+from fastapi.responses import Response
+from pydantic import ValidationError
 
-from gateway import sse
-from gateway.errors import APIError, error_body, error_status
+from gateway import follow
+from gateway.auth import owner
+from gateway.errors import APIError, from_validation
+from gateway.ids import fingerprint, idempotent_job_id, new_job_id
 from gateway.openai_schema import ChatRequest, CompletionRequest, ResponseBuilder
 from gateway.settings import GatewaySettings
-from gateway.store import JobStore, new_job_id
-from shared.schemas import ErrorEvent, FinishEvent, JobRequest, TokenEvent
+from gateway.store import JobStore
+from gateway.submission import capacity, fit_max_tokens
+from shared.errors import ErrorCode
+from shared.schemas import JobRequest
 
 router = APIRouter()
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
 
 def _store(request: Request) -> JobStore:
@@ -30,20 +38,31 @@ def _settings(request: Request) -> GatewaySettings:
 
 
 @router.post("/v1/completions", response_model=None)
-async def completions(body: CompletionRequest, request: Request) -> Response:
-    params = body.sampling(body.max_tokens or 16)  # OpenAI's default for completions
-    job = _job(body.prompt_input(), params, body.priority)
+async def completions(
+    body: CompletionRequest,
+    request: Request,
+    idempotency_key: str | None = Header(default=None, alias="Idempotency-Key"),
+) -> Response:
+    inputs = body.prompt_input()
+    ids = inputs.get("prompt_token_ids")
+    explicit = body.max_tokens is not None
     return await _serve(
-        request, job, body, ResponseBuilder(False, job.job_id, _model(body), body.include_usage)
+        request, "completions", body, inputs, body.max_tokens or COMPLETIONS_DEFAULT_MAX_TOKENS,
+        explicit, len(ids) if ids is not None else None, idempotency_key,
     )
 
 
 @router.post("/v1/chat/completions", response_model=None)
-async def chat_completions(body: ChatRequest, request: Request) -> Response:
-    max_tokens = body.max_completion_tokens or body.max_tokens or _settings(request).default_max_tokens
-    job = _job({"messages": body.chat_messages()}, body.sampling(max_tokens), body.priority)
+async def chat_completions(
+    body: ChatRequest,
+    request: Request,
+    idempotency_key: str | None = Header(default=None, alias="Idempotency-Key"),
+) -> Response:
+    given = body.max_completion_tokens or body.max_tokens
+    max_tokens = given or _settings(request).default_max_tokens
+    inputs = {"messages": body.chat_messages()}
     return await _serve(
-        request, job, body, ResponseBuilder(True, job.job_id, _model(body), body.include_usage)
+        request, "chat", body, inputs, max_tokens, given is not None, None, idempotency_key
     )
 
 
@@ -60,53 +79,39 @@ async def models(request: Request) -> dict[str, Any]:
     return {"object": "list", "data": data}
 
 
-def _model(body: CompletionRequest | ChatRequest) -> str:
-    return body.model or "nightjar"
-
-
-def _job(inputs: dict[str, Any], params: Any, priority: int) -> JobRequest:
-    try:
-        return JobRequest(job_id=new_job_id(), params=params, priority=priority, **inputs)
-    except ValueError as exc:
-        raise APIError(400, str(exc)) from None
-
-
 async def _serve(
-    request: Request, job: JobRequest, body: CompletionRequest | ChatRequest, out: ResponseBuilder
+    request: Request,
+    route: str,
+    body: CompletionRequest | ChatRequest,
+    inputs: dict[str, Any],
+    max_tokens: int,
+    explicit: bool,
+    prompt_tokens: int | None,
+    idempotency_key: str | None,
 ) -> Response:
     store = _store(request)
-    job = await store.submit(job)
+    who = owner(request)
+    stable_id = idempotent_job_id(who, idempotency_key)
+    job_id = stable_id or new_job_id()
+    cap = await capacity(store, stable_id)
+    max_tokens = fit_max_tokens(cap, max_tokens, explicit, prompt_tokens)
+    job = _job(job_id, inputs, body.sampling(max_tokens), body.priority)
+    # The stream flag is how the answer is delivered, not what is asked: a retry may differ.
+    fp = fingerprint(route, body.model_dump(mode="json", exclude={"stream", "stream_options"}))
+    await store.submit(job, owner=who, fingerprint=fp)
+    out = ResponseBuilder(route == "chat", job.job_id, body.model or "nightjar", body.include_usage)
     if body.stream:
-        return sse.response(_stream(store, job.job_id, out, _settings(request).keepalive_s))
-    final = await store.wait(job.job_id)
-    if isinstance(final, ErrorEvent):
-        status = error_status(final.code)
-        return JSONResponse(error_body(status, final.message, code=final.code), status_code=status)
-    return JSONResponse(out.full(final))
+        return await follow.stream(request, store, job.job_id, out)
+    return await follow.complete(request, store, job.job_id, out)
 
 
-async def _stream(
-    store: JobStore, job_id: str, out: ResponseBuilder, keepalive_s: float
-) -> AsyncIterator[str]:
-    """Chunks of a streamed completion; a client that goes away cancels its job."""
-    ended = False
+def _job(job_id: str, inputs: dict[str, Any], params: Any, priority: int) -> JobRequest:
     try:
-        async for ev in store.events(job_id, block_s=keepalive_s):
-            if ev is None:
-                yield sse.KEEPALIVE
-            elif isinstance(ev.msg, TokenEvent) and ev.msg.text:
-                yield sse.data(out.chunk(ev.msg.text))
-            elif isinstance(ev.msg, FinishEvent):
-                yield sse.data(out.chunk("", ev.msg.finish_reason))
-                if out.include_usage:
-                    yield sse.data(out.usage_chunk(ev.msg))
-                yield sse.DONE
-                ended = True
-            elif isinstance(ev.msg, ErrorEvent):
-                yield sse.data(error_body(error_status(ev.msg.code), ev.msg.message, code=ev.msg.code))
-                yield sse.DONE
-                ended = True
-    finally:
-        if not ended:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await store.cancel(job_id)
+        return JobRequest(job_id=job_id, params=params, priority=priority, **inputs)
+    except ValidationError as exc:
+        err = from_validation(exc)
+        if err.param and err.param.startswith("prompt_token_ids"):
+            err.param = "prompt"
+        raise err from None
+    except ValueError as exc:
+        raise APIError.of(ErrorCode.BAD_REQUEST, str(exc)) from None

@@ -1,28 +1,34 @@
-"""The gateway's view of Redis: enqueue jobs, read their state and events, cancel them."""
+"""The gateway's view of Redis: enqueue jobs, read their state and events, cancel them.
+
+Every job carries its owner (a digest of the API key that made it); a job of another owner
+is, to a caller, exactly an unknown job (404 job_not_found). Ids that are not well formed
+are unknown jobs too, without a Redis lookup.
+"""
 
 from __future__ import annotations
 
 import re
 import secrets
 import time
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import redis.asyncio as aioredis
 
+from gateway.admission import OWNER, Admission
 from gateway.errors import APIError
+from gateway.ids import job_not_found, valid_job_id
+from gateway.settings import GatewaySettings
 from shared import codec, jobs, keys
-from shared.schemas import CancelRequest, ErrorEvent, FinishEvent, JobRequest, Message, WorkerInfo
-from shared.streams import ensure_group, entries, group_load, id_str
+from shared.errors import ErrorCode
+from shared.schemas import CancelRequest, Decision, ErrorEvent, FinishEvent, JobRequest, Message, WorkerInfo
+from shared.streams import entries, group_load, id_str
 
 CANCEL_MAXLEN = 10_000  # cancellations are only read live; a short history suffices
-_ENTRY_ID = re.compile(r"^\d+-\d+$")
-
-
-def new_job_id() -> str:
-    return uuid.uuid4().hex
+WORKERS_CACHE_S = 1.0  # how long a read of the worker registry answers admission checks
+_ENTRY_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
 
 
 def valid_event_id(value: str) -> bool:
@@ -37,49 +43,71 @@ class StoredEvent:
     msg: Message
 
 
+@dataclass(frozen=True)
+class Submitted:
+    """A submit's outcome: the job (as enqueued, or the one already there) and whether this
+    call enqueued it."""
+
+    job_id: str
+    created: bool
+    status: str
+
+
 class JobStore:
-    def __init__(self, r: aioredis.Redis, max_queue: int) -> None:
+    def __init__(self, r: aioredis.Redis, settings: GatewaySettings) -> None:
         self.r = r
-        self.max_queue = max_queue
-        self._group_ready = False
+        self.settings = settings
+        self.max_queue = settings.max_queue
+        self._admission = Admission(r)
+        self._workers: tuple[float, list[WorkerInfo]] = (0.0, [])
 
     async def queue_load(self) -> int:
         """Jobs on the stream not yet acknowledged: running plus waiting for a worker."""
         pending, lag = await group_load(self.r, keys.JOBS_STREAM, keys.JOBS_GROUP)
         return pending + lag
 
-    async def submit(self, job: JobRequest) -> JobRequest:
-        """Enqueue ``job`` (429 past the backlog limit); an unseeded sampling job gets a seed
-        so that a re-run after a worker failure reproduces the tokens a client already saw."""
-        if not self._group_ready:
-            # Created here too, so jobs accepted before any worker exists count as lag.
-            await ensure_group(self.r, keys.JOBS_STREAM, keys.JOBS_GROUP)
-            self._group_ready = True
-        load = await self.queue_load()
-        if load >= self.max_queue:
-            raise APIError(
-                429, f"server busy: {load} jobs queued (limit {self.max_queue})", code="queue_full"
-            )
+    async def submit(self, job: JobRequest, *, owner: str, fingerprint: str) -> Submitted:
+        """Enqueue ``job`` atomically (429 past the backlog limit); an unseeded sampling job
+        gets a seed so that a re-run after a worker failure reproduces the tokens a client
+        already saw. An id already taken by the same owner with the same fingerprint is the
+        same job (returned, not enqueued again); otherwise 409."""
         if not job.params.greedy and job.params.seed is None:
             job = job.model_copy(
                 update={"params": job.params.model_copy(update={"seed": secrets.randbits(63)})}
             )
-        key = keys.job_key(job.job_id)
-        async with self.r.pipeline(transaction=True) as pipe:
-            pipe.hset(
-                key, mapping={jobs.STATUS: jobs.JobStatus.QUEUED.value, jobs.CREATED_AT: job.created_at}
+        got = await self._admission.submit(
+            job,
+            max_queue=self.max_queue,
+            ttl_s=self.settings.result_ttl_s,
+            owner=owner,
+            fingerprint=fingerprint,
+        )
+        if got.outcome == "full":
+            raise APIError.of(
+                ErrorCode.QUEUE_FULL, f"server busy: {got.load} jobs queued (limit {self.max_queue})"
             )
-            pipe.expire(key, keys.JOB_TTL_S)
-            pipe.xadd(keys.JOBS_STREAM, codec.entry(job))  # never trimmed: trimming drops jobs
-            await pipe.execute()
-        return job
+        if got.outcome == "exists":
+            if got.owner != owner or got.fingerprint != fingerprint:
+                raise APIError.of(
+                    ErrorCode.CONFLICT,
+                    f"job id {job.job_id} (or its Idempotency-Key) is already used for another request",
+                    param="id",
+                )
+            return Submitted(job.job_id, created=False, status=got.status)
+        return Submitted(job.job_id, created=True, status=jobs.JobStatus.QUEUED.value)
 
-    async def info(self, job_id: str) -> dict[str, Any]:
-        """Status and result of a job (404 when unknown or expired)."""
+    async def _fields(self, job_id: str, owner: str) -> dict[str, Any]:
+        if not valid_job_id(job_id):
+            raise job_not_found(job_id)
         raw = await self.r.hgetall(keys.job_key(job_id))
-        if not raw:
-            raise APIError(404, f"no job {job_id}", param="id", code="job_not_found")
-        fields = {k.decode() if isinstance(k, bytes) else k: v for k, v in raw.items()}
+        fields = {_text(k): v for k, v in raw.items()}
+        if not fields or _text(fields.get(OWNER, b"")) != owner:
+            raise job_not_found(job_id)
+        return fields
+
+    async def info(self, job_id: str, owner: str = "") -> dict[str, Any]:
+        """Status and result of a job (404 when unknown, expired or another owner's)."""
+        fields = await self._fields(job_id, owner)
         out: dict[str, Any] = {
             "id": job_id,
             "status": _text(fields.get(jobs.STATUS)),
@@ -89,22 +117,47 @@ class JobStore:
             "error": None,
         }
         if jobs.RESULT in fields:
-            final = codec.decode(_raw(fields[jobs.RESULT]))
+            try:
+                final = codec.decode(_raw(fields[jobs.RESULT]))
+            except codec.CodecError:
+                return out
             out["error" if isinstance(final, ErrorEvent) else "result"] = final.model_dump(mode="json")
         return out
 
+    async def _ended(self, job_id: str) -> bool:
+        """The job is over (terminal status) or gone (expired): no event will come."""
+        raw = await self.r.hget(keys.job_key(job_id), jobs.STATUS)
+        try:
+            status = jobs.status_of(raw)
+        except ValueError:
+            return False
+        return status is None or status in jobs.TERMINAL
+
     async def events(
-        self, job_id: str, after: str = "0-0", block_s: float = 15.0
+        self, job_id: str, after: str = "0-0", block_s: float = 15.0, until: float | None = None
     ) -> AsyncIterator[StoredEvent | None]:
         """The job's events from just after ``after``, live, until its final one.
 
-        Yields None whenever ``block_s`` passes without an event (time for a keep-alive).
+        Yields None whenever ``block_s`` passes without an event (time for a keep-alive),
+        and by ``until`` (an ``anyio.current_time()`` deadline) at the latest.
+        Ends without a final event when the job is over and nothing is left after ``after``
+        (a Last-Event-ID past the end), so no stream of a finished job runs forever.
         """
         stream = keys.job_events(job_id)
+        ended = await self._ended(job_id)
         while True:
-            resp = await self.r.xread({stream: after}, count=256, block=int(block_s * 1000))
+            block: int | None = None
+            if not ended:
+                wait_s = block_s if until is None else min(block_s, until - anyio.current_time())
+                block = max(1, int(wait_s * 1000))
+            resp = await self.r.xread({stream: after}, count=256, block=block)
             got = entries(resp)
             if not got:
+                if ended:
+                    return  # over, and nothing after the cursor
+                if await self._ended(job_id):
+                    ended = True  # one more read: the final event may have just landed
+                    continue
                 yield None
                 continue
             for entry_id, fields in got:
@@ -117,22 +170,23 @@ class JobStore:
                 if isinstance(msg, FinishEvent | ErrorEvent):
                     return
 
-    async def wait(self, job_id: str) -> FinishEvent | ErrorEvent:
-        async for ev in self.events(job_id):
-            if ev is not None and isinstance(ev.msg, FinishEvent | ErrorEvent):
-                return ev.msg
-        raise AssertionError("unreachable: events() ends only after a final event")
-
-    async def cancel(self, job_id: str) -> str:
+    async def cancel(self, job_id: str, owner: str = "") -> str:
         """Ask whichever worker has the job to stop it; returns the status afterwards."""
-        status = jobs.status_of(await self.r.hget(keys.job_key(job_id), jobs.STATUS))
-        if status is None:
-            raise APIError(404, f"no job {job_id}", param="id", code="job_not_found")
+        fields = await self._fields(job_id, owner)
+        try:
+            status = jobs.status_of(fields.get(jobs.STATUS))
+        except ValueError:
+            status = None
         if status in jobs.TERMINAL:
-            return status.value
+            return status.value  # type: ignore[union-attr]
+        await self.request_cancel(job_id)
+        return "cancelling"
+
+    async def request_cancel(self, job_id: str) -> None:
+        ttl = max(1, int(self.settings.result_ttl_s))
         async with self.r.pipeline(transaction=True) as pipe:
             # The flag covers a job not yet taken; the broadcast reaches one already running.
-            pipe.set(keys.job_cancel(job_id), b"1", ex=keys.JOB_TTL_S)
+            pipe.set(keys.job_cancel(job_id), b"1", ex=ttl)
             pipe.xadd(
                 keys.CANCEL_STREAM,
                 codec.entry(CancelRequest(job_id=job_id)),
@@ -140,7 +194,6 @@ class JobStore:
                 approximate=True,
             )
             await pipe.execute()
-        return "cancelling"
 
     async def workers(self, timeout_s: float) -> list[WorkerInfo]:
         """Workers that sent a heartbeat within ``timeout_s``."""
@@ -154,6 +207,24 @@ class JobStore:
             if info.is_alive(now, timeout_s):
                 alive.append(info)
         return alive
+
+    async def serving_workers(self) -> list[WorkerInfo]:
+        """Live workers that take new jobs (not draining); cached for WORKERS_CACHE_S."""
+        at, cached = self._workers
+        now = time.monotonic()
+        if now - at > WORKERS_CACHE_S:
+            cached = [w for w in await self.workers(self.settings.worker_timeout_s) if not w.draining]
+            self._workers = (now, cached)
+        return cached
+
+    async def latest_decision(self) -> Decision | None:
+        raw = await self.r.get(keys.DECISION_LATEST)
+        if raw is None:
+            return None
+        try:
+            return codec.decode_as(_raw(raw), Decision)
+        except codec.CodecError:
+            return None
 
 
 def _raw(v: bytes | str) -> bytes:

@@ -7,11 +7,14 @@ them into msgpack bytes (with a schema version) and back. Services never exchang
 from __future__ import annotations
 
 import time
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 FinishReason = Literal["stop", "length", "cancelled", "error"]
+
+# The upper bound of a γ table's last bucket: "every batch size from here on".
+ALL_BATCHES = 1 << 30
 
 
 class Message(BaseModel):
@@ -24,24 +27,50 @@ class Message(BaseModel):
 # --------------------------------------------------------------------------- jobs
 
 
+# Bounds that keep every value packable (msgpack: 64-bit ints, UTF-8 strings) and sane.
+INT32_MAX = 2**31 - 1
+TEMPERATURE_FLOOR = 1e-4  # 0 < temperature < this is raised to it: float32 must not round it to 0
+MAX_TOKEN_ID = INT32_MAX
+JOB_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"  # never ':' or braces: ids become parts of Redis keys
+
+
+def valid_text(v: str) -> str:
+    """``v`` unchanged if it is valid Unicode (encodable as UTF-8: no lone surrogates)."""
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("text must be valid Unicode (no lone surrogates)") from None
+    return v
+
+
 class SamplingParams(BaseModel):
-    """How to pick tokens. temperature == 0 means greedy."""
+    """How to pick tokens. temperature == 0 means greedy; 0 < temperature < TEMPERATURE_FLOOR
+    is raised to the floor (it samples, almost greedily, from the same seed)."""
 
     model_config = ConfigDict(extra="forbid")
 
     max_tokens: int = Field(default=64, ge=1, le=32768)
     temperature: float = Field(default=0.0, ge=0.0, le=10.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    top_k: int = Field(default=0, ge=0)  # 0 = no top-k filter
+    top_k: int = Field(default=0, ge=0, le=INT32_MAX)  # 0 = no top-k filter
     seed: int | None = Field(default=None, ge=0, lt=2**63)
     stop: list[str] = Field(default_factory=list, max_length=16)
     ignore_eos: bool = False
+
+    @field_validator("temperature")
+    @classmethod
+    def _temperature_floor(cls, v: float) -> float:
+        return TEMPERATURE_FLOOR if 0.0 < v < TEMPERATURE_FLOOR else v
 
     @field_validator("stop")
     @classmethod
     def _no_empty_stop(cls, v: list[str]) -> list[str]:
         if any(s == "" for s in v):
             raise ValueError("stop sequences must be non-empty strings")
+        if any(len(s) > 1024 for s in v):
+            raise ValueError("stop sequences must be at most 1024 characters")
+        for s in v:
+            valid_text(s)
         return v
 
     @property
@@ -54,19 +83,29 @@ class ChatMessage(BaseModel):
     role: Literal["system", "user", "assistant"]
     content: str
 
+    @field_validator("content")
+    @classmethod
+    def _valid_content(cls, v: str) -> str:
+        return valid_text(v)
+
 
 class JobRequest(Message):
     """A generation job, as the gateway enqueues it on the job stream."""
 
     kind: ClassVar[str] = "job"
 
-    job_id: str = Field(min_length=1, max_length=128)
+    job_id: str = Field(min_length=1, max_length=128, pattern=JOB_ID_PATTERN)
     prompt: str | None = None
-    prompt_token_ids: list[int] | None = None
+    prompt_token_ids: list[Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]] | None = None
     messages: list[ChatMessage] | None = None  # chat: the worker applies the model's template
     params: SamplingParams = Field(default_factory=SamplingParams)
-    priority: int = 0  # lower runs first; FCFS within a priority
-    created_at: float = Field(default_factory=time.time)
+    priority: int = Field(default=0, ge=-INT32_MAX, le=INT32_MAX)  # lower runs first; FCFS within one
+    created_at: float = Field(default_factory=time.time, allow_inf_nan=False)
+
+    @field_validator("prompt")
+    @classmethod
+    def _valid_prompt(cls, v: str | None) -> str | None:
+        return None if v is None else valid_text(v)
 
     @model_validator(mode="after")
     def _exactly_one_input(self) -> JobRequest:
@@ -150,18 +189,31 @@ class SwitchCostEvent(BaseModel):
     input_len: int = 0  # longest context (prompt + output tokens) among those sequences
 
 
-class Telemetry(Message):
-    """One engine step (or an idle heartbeat, batch_size == 0) from one worker."""
+class MemoryEvent(BaseModel):
+    """One completed change of the target's KV pool: an elastic-memory move of the drafters'
+    weights (``offload`` / ``reload``) or a plain pool resize (``kv_resize``)."""
 
-    kind: ClassVar[str] = "telemetry"
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["offload", "reload", "kv_resize"]
+    seconds: float  # the weight move, start to completion (kv_resize: the pool resize)
+    kv_seconds: float = 0.0  # the pool resize of an offload / reload
+    bytes: int = 0  # bytes handed from the drafters to the target's pool, or back
+    from_blocks: int = 0
+    to_blocks: int = 0
+    moved_blocks: int = 0  # live blocks moved out of a released tail
+    preempted: int = 0  # sequences preempted because their blocks could not stay
 
-    worker_id: str
-    ts: float = Field(default_factory=time.time)
+
+class StepStats(BaseModel):
+    """What one engine step did. ``Telemetry`` is a StepStats plus who sent it and when, so
+    every field here reaches the planner under its own name (one list of fields, not two)."""
+
+    model_config = ConfigDict(extra="forbid")
     step: int = 0
     batch_size: int = 0  # sequences decoding this step
     prefill_tokens: int = 0
     num_tokens: int = 0  # tokens emitted this step, all sequences
-    gamma: int = 0
+    gamma: int = 0  # the γ run (0 when nothing was drafted)
     drafter: str | None = None
     step_time: float = 0.0
     draft_time: float = 0.0
@@ -174,7 +226,6 @@ class Telemetry(Message):
     mean_context: float = 0.0  # mean tokens per running sequence
     running: int = 0
     waiting: int = 0  # queued in the engine
-    queue_depth: int = 0  # waiting in the engine + pending on the job stream
     free_blocks: int = 0
     total_blocks: int = 0
     draft_resident: bool = True
@@ -182,9 +233,20 @@ class Telemetry(Message):
     prefix_queries: int = 0
     prefix_hits: int = 0
     preempted: int = 0  # sequences preempted (recompute) this step
+    failed: int = 0  # requests the engine failed alone this step (finish_reason "error")
     decision_version: int = 0
     fallback: bool = False  # the planner's decision was stale; a built-in rule was used
-    memory_events: list[dict[str, Any]] = Field(default_factory=list)
+    memory_events: list[MemoryEvent] = Field(default_factory=list)
+
+
+class Telemetry(StepStats, Message):
+    """One engine step (or an idle heartbeat, batch_size == 0) from one worker."""
+
+    kind: ClassVar[str] = "telemetry"
+
+    worker_id: str
+    ts: float = Field(default_factory=time.time)
+    queue_depth: int = 0  # waiting in the engine + pending on the job stream
 
 
 class Decision(Message):
@@ -195,7 +257,7 @@ class Decision(Message):
     version: int
     policy: str
     # (largest batch size of the bucket, γ); the last bucket covers every larger batch.
-    gamma_table: list[tuple[int, int]] = Field(default_factory=lambda: [(1 << 30, 0)])
+    gamma_table: list[tuple[int, int]] = Field(default_factory=lambda: [(ALL_BATCHES, 0)])
     drafter: str | None = None
     offload: bool = False
     created_at: float = Field(default_factory=time.time)
@@ -210,13 +272,6 @@ class Decision(Message):
 
     def is_stale(self, now: float | None = None) -> bool:
         return (now if now is not None else time.time()) > self.created_at + self.valid_for_s
-
-
-class DecisionAck(Message):
-    kind: ClassVar[str] = "decision_ack"
-    worker_id: str
-    version: int
-    ts: float = Field(default_factory=time.time)
 
 
 class PolicyCommand(Message):
@@ -259,7 +314,6 @@ ALL_MESSAGES: tuple[type[Message], ...] = (
     CancelRequest,
     Telemetry,
     Decision,
-    DecisionAck,
     PolicyCommand,
     WorkerInfo,
 )

@@ -3,6 +3,7 @@ stand-in for the worker side that answers jobs with fixed events."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -13,14 +14,32 @@ import redis.asyncio as aioredis
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from shared import codec, jobs, keys
-from shared.schemas import FinishEvent, JobEvent, JobRequest, StartEvent, TokenEvent
+from shared.schemas import FinishEvent, JobEvent, JobRequest, StartEvent, TokenEvent, WorkerInfo
 from shared.streams import ensure_group, entries
 
 Script = Callable[[JobRequest], list[JobEvent]]
 
 
+async def register_worker(
+    r: aioredis.Redis, worker_id: str = "fake", *, max_model_len: int = 0, draining: bool = False,
+    age_s: float = -3600.0,
+) -> None:
+    """A worker registration as a heartbeat writes it; by default stamped an hour ahead so
+    it stays live for the whole test without heartbeats."""
+    info = WorkerInfo(
+        worker_id=worker_id, model="fake-model", ts=time.time() - age_s, max_model_len=max_model_len,
+        draining=draining,
+    )
+    await r.hset(keys.WORKERS, worker_id, codec.encode(info))
+
+
 @asynccontextmanager
-async def gateway(r: aioredis.Redis, **settings: object) -> AsyncIterator[httpx.AsyncClient]:
+async def gateway(
+    r: aioredis.Redis, *, worker: bool = True, **settings: object
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The app on ``r``; with ``worker`` a live worker is registered so submits are admitted."""
+    if worker:
+        await register_worker(r)
     app = create_app(GatewaySettings(**settings), redis=r)  # type: ignore[arg-type]
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:

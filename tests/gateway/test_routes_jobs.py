@@ -97,8 +97,9 @@ async def test_backpressure_rejects_past_the_limit(r: aioredis.Redis) -> None:
             assert (await gw.post("/v1/jobs", json={"prompt": "hi"})).status_code == 202
         resp = await gw.post("/v1/jobs", json={"prompt": "hi"})
         assert resp.status_code == 429 and resp.json()["error"]["code"] == "queue_full"
+        assert int(resp.headers["Retry-After"]) >= 1
         health = (await gw.get("/health")).json()
-    assert health == {"status": "ok", "workers": 0, "queued": 2}
+    assert health == {"status": "ok", "workers": 1, "queued": 2}
     assert await r.xlen(keys.JOBS_STREAM) == 2
 
 
@@ -116,9 +117,9 @@ async def test_unparseable_json_and_unknown_routes_get_json_errors(r: aioredis.R
 
 async def test_an_unreachable_store_is_a_503_with_a_json_body() -> None:
     down = aioredis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=1)  # nothing listens there
-    async with gateway(down) as gw:
+    async with gateway(down, worker=False) as gw:
         resp = await gw.post("/v1/jobs", json={"prompt": "hi"})
-    assert resp.status_code == 503
+    assert resp.status_code == 503 and int(resp.headers["Retry-After"]) >= 1
     error = resp.json()["error"]
     assert error["type"] == "service_unavailable" and "Redis" in error["message"]
     await down.aclose()

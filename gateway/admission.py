@@ -1,0 +1,110 @@
+"""Atomic admission: one Lua script checks the queue and enqueues the job, or does nothing.
+
+The script runs as one unit on Redis (real or embedded), so the ``max_queue`` limit holds
+under any concurrency, and an interrupted submit has either fully happened (job record and
+stream entry) or not at all. A job id that already exists is not enqueued again: the script
+reports the stored owner and fingerprint, which makes a retried submit (same Idempotency-Key,
+same client-chosen id, or a client library's own retry of the script) return the same job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+
+from shared import codec, jobs, keys
+from shared.schemas import JobRequest
+
+# Fields of the job hash that only the gateway writes and reads.
+OWNER = "owner"  # sha256 of the API key that made the job ("" when the gateway is open)
+FINGERPRINT = "fingerprint"  # digest of the request: a reused id with another body is a 409
+
+# KEYS: job hash, job stream. ARGV: group, max_queue, ttl_s, entry field, entry payload,
+# the fingerprint / owner / status field names, then field, value pairs for the hash.
+SUBMIT_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  local got = redis.call('HMGET', KEYS[1], ARGV[6], ARGV[7], ARGV[8])
+  return {'exists', got[1] or '', got[2] or '', got[3] or ''}
+end
+local limit = tonumber(ARGV[2])
+local load = nil
+local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[2])
+if ok then
+  for _, g in ipairs(groups) do
+    local t = {}
+    for i = 1, #g, 2 do t[g[i]] = g[i + 1] end
+    if t['name'] == ARGV[1] then
+      local lag = t['lag']
+      if not lag then  -- unknown after deletions: count the undelivered entries
+        lag = #redis.call('XRANGE', KEYS[2], '(' .. t['last-delivered-id'], '+', 'COUNT', limit + 1)
+      end
+      load = tonumber(t['pending']) + lag
+    end
+  end
+end
+if load == nil then
+  -- No group yet (no worker ever started): create it from 0 so queued jobs count as lag.
+  if ok then
+    redis.call('XGROUP', 'CREATE', KEYS[2], ARGV[1], '0')
+  else
+    redis.call('XGROUP', 'CREATE', KEYS[2], ARGV[1], '0', 'MKSTREAM')
+  end
+  load = redis.call('XLEN', KEYS[2])
+end
+if load >= limit then
+  return {'full', tostring(load)}
+end
+local fields = {}
+for i = 9, #ARGV do fields[#fields + 1] = ARGV[i] end
+redis.call('HSET', KEYS[1], unpack(fields))
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+local id = redis.call('XADD', KEYS[2], '*', ARGV[4], ARGV[5])
+return {'ok', id}
+"""
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """The script's answer: ``outcome`` is ok (enqueued), full (load >= limit: nothing
+    written) or exists (the id was taken: nothing written; the stored fields)."""
+
+    outcome: str
+    load: int = 0
+    fingerprint: str = ""
+    owner: str = ""
+    status: str = ""
+
+
+class Admission:
+    def __init__(self, r: aioredis.Redis) -> None:
+        self._script = r.register_script(SUBMIT_LUA)
+
+    async def submit(
+        self, job: JobRequest, *, max_queue: int, ttl_s: float, owner: str, fingerprint: str
+    ) -> Admitted:
+        args: list[str | bytes | int] = [
+            keys.JOBS_GROUP,
+            max_queue,
+            max(1, int(ttl_s)),
+            codec.FIELD,
+            codec.encode(job),
+            FINGERPRINT,
+            OWNER,
+            jobs.STATUS,
+        ]
+        args += [jobs.STATUS, jobs.JobStatus.QUEUED.value, jobs.CREATED_AT, repr(job.created_at)]
+        args += [OWNER, owner, FINGERPRINT, fingerprint]
+        reply = await self._script(keys=[keys.job_key(job.job_id), keys.JOBS_STREAM], args=args)
+        outcome = _text(reply[0])
+        if outcome == "full":
+            return Admitted("full", load=int(_text(reply[1])))
+        if outcome == "exists":
+            return Admitted(
+                "exists", fingerprint=_text(reply[1]), owner=_text(reply[2]), status=_text(reply[3])
+            )
+        return Admitted("ok")
+
+
+def _text(v: object) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)

@@ -1,0 +1,207 @@
+"""Following a submitted job for an OpenAI request: deadline, client disconnect, errors.
+
+- Non-streaming: wait for the final event while watching for the client to leave; a client
+  that leaves cancels its job; past ``request_timeout_s`` the job is cancelled and the
+  answer is a 504 ``timeout``.
+- Streaming: the 200 and its headers wait for the job's first event, so a job the worker
+  refuses (an ErrorEvent first: context length, bad request) is a proper 4xx JSON error.
+  Then every stream ends with ``data: [DONE]``: after the finish, or after an error chunk
+  (OpenAI's error shape in ``data:``) when the job fails, the deadline passes or Redis fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
+
+import anyio
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+from redis.exceptions import RedisError
+
+from gateway import sse
+from gateway.errors import APIError, error_body, error_status, store_down
+from gateway.openai_schema import ResponseBuilder
+from gateway.store import JobStore, StoredEvent
+from shared import codec, jobs, keys
+from shared.errors import ErrorCode
+from shared.schemas import ErrorEvent, FinishEvent, TokenEvent
+
+T = TypeVar("T")
+_TIMED_OUT = "timed out"
+
+
+class ClientGone(Exception):
+    """The client closed its connection before the answer."""
+
+
+def _timeout(job_id: str, seconds: float) -> APIError:
+    return APIError.of(ErrorCode.TIMEOUT, f"request timed out after {seconds:g}s; job {job_id} was cancelled")
+
+
+async def _cancel_quietly(store: JobStore, job_id: str) -> None:
+    with anyio.CancelScope(shield=True), anyio.move_on_after(5), contextlib.suppress(RedisError, OSError):
+        await store.request_cancel(job_id)
+
+
+async def _race(request: Request, work: Callable[[], Awaitable[T]], timeout_s: float) -> T:
+    """``work()``, unless the client disconnects first (ClientGone) or ``timeout_s`` passes
+    (TimeoutError)."""
+    result: list[T] = []
+    gone = False
+
+    async def run(scope: anyio.CancelScope) -> None:
+        result.append(await work())
+        scope.cancel()
+
+    async def watch(scope: anyio.CancelScope) -> None:
+        nonlocal gone
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                gone = True
+                scope.cancel()
+                return
+
+    try:
+        with anyio.move_on_after(timeout_s):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run, tg.cancel_scope)
+                tg.start_soon(watch, tg.cancel_scope)
+    except BaseExceptionGroup as group:  # one task failed (e.g. Redis): that failure, unwrapped
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+    if result:
+        return result[0]
+    if gone:
+        raise ClientGone
+    raise TimeoutError
+
+
+async def final_event(store: JobStore, job_id: str, until: float | None = None) -> FinishEvent | ErrorEvent:
+    async for ev in store.events(job_id, block_s=store.settings.keepalive_s, until=until):
+        if ev is not None and isinstance(ev.msg, FinishEvent | ErrorEvent):
+            return ev.msg
+    # Over without a final event on the stream (it expired): the job record has the result.
+    raw = await store.r.hget(keys.job_key(job_id), jobs.RESULT)
+    if raw is not None:
+        with contextlib.suppress(codec.CodecError):
+            msg = codec.decode(raw if isinstance(raw, bytes) else raw.encode())
+            if isinstance(msg, FinishEvent | ErrorEvent):
+                return msg
+    return ErrorEvent(job_id=job_id, code=ErrorCode.INTERNAL.value, message="the job ended without a result")
+
+
+def _error_response(ev: ErrorEvent) -> JSONResponse:
+    status = error_status(ev.code)
+    return JSONResponse(error_body(status, ev.message, code=ev.code), status_code=status)
+
+
+async def complete(request: Request, store: JobStore, job_id: str, out: ResponseBuilder) -> Response:
+    """The whole answer of a non-streaming request."""
+    timeout_s = store.settings.request_timeout_s
+    try:
+        final = await _race(request, lambda: final_event(store, job_id), timeout_s)
+    except ClientGone:
+        await _cancel_quietly(store, job_id)
+        return Response(status_code=499)  # nobody reads it
+    except TimeoutError:
+        await _cancel_quietly(store, job_id)
+        raise _timeout(job_id, timeout_s) from None
+    if isinstance(final, ErrorEvent):
+        return _error_response(final)
+    return JSONResponse(out.full(final))
+
+
+async def stream(request: Request, store: JobStore, job_id: str, out: ResponseBuilder) -> Response:
+    """A streamed answer; its headers wait for the job's first event."""
+    timeout_s = store.settings.request_timeout_s
+    until = anyio.current_time() + timeout_s
+    events = store.events(job_id, block_s=store.settings.keepalive_s, until=until)
+
+    async def first() -> StoredEvent | None | str:
+        async for ev in events:
+            if ev is not None:
+                return ev
+            if anyio.current_time() >= until:
+                return _TIMED_OUT
+        return None
+
+    try:
+        got = await _race(request, first, timeout_s)
+        if isinstance(got, str):
+            raise TimeoutError
+        ev = got
+    except ClientGone:
+        await _cancel_quietly(store, job_id)
+        return Response(status_code=499)
+    except TimeoutError:
+        await _cancel_quietly(store, job_id)
+        raise _timeout(job_id, timeout_s) from None
+    if ev is None:
+        final = await final_event(store, job_id)
+        if isinstance(final, ErrorEvent):
+            return _error_response(final)
+        ev = StoredEvent("0-0", final)
+    elif isinstance(ev.msg, ErrorEvent):
+        return _error_response(ev.msg)
+    return sse.response(_chunks(store, job_id, out, ev, events, until, timeout_s))
+
+
+async def _chunks(
+    store: JobStore,
+    job_id: str,
+    out: ResponseBuilder,
+    first: StoredEvent,
+    rest: AsyncIterator[StoredEvent | None],
+    until: float,
+    timeout_s: float,
+) -> AsyncIterator[str]:
+    """Chunks of a streamed completion; a client that goes away cancels its job."""
+    ended = False
+
+    async def chain() -> AsyncIterator[StoredEvent | None]:
+        yield first
+        if not isinstance(first.msg, FinishEvent | ErrorEvent):
+            async for ev in rest:
+                yield ev
+
+    try:
+        async for ev in chain():
+            if ev is None:
+                if anyio.current_time() >= until:
+                    yield sse.data(_timeout(job_id, timeout_s).body())
+                    yield sse.DONE
+                    return  # finally cancels the job
+                yield sse.KEEPALIVE
+            elif isinstance(ev.msg, TokenEvent) and ev.msg.text:
+                yield sse.data(out.chunk(ev.msg.text))
+            elif isinstance(ev.msg, FinishEvent):
+                ended = True
+                yield sse.data(out.chunk("", ev.msg.finish_reason))
+                if out.include_usage:
+                    yield sse.data(out.usage_chunk(ev.msg))
+                yield sse.DONE
+                return
+            elif isinstance(ev.msg, ErrorEvent):
+                ended = True
+                yield sse.data(error_body(error_status(ev.msg.code), ev.msg.message, code=ev.msg.code))
+                yield sse.DONE
+                return
+        # The stream ended without a final event: the job is over or gone.
+        ended = True
+        final = await final_event(store, job_id)
+        if isinstance(final, FinishEvent):
+            yield sse.data(out.chunk("", final.finish_reason))
+        else:
+            yield sse.data(error_body(error_status(final.code), final.message, code=final.code))
+        yield sse.DONE
+    except (RedisError, OSError) as exc:
+        yield sse.data(store_down(exc).body())
+        yield sse.DONE
+    finally:
+        if not ended:
+            await _cancel_quietly(store, job_id)
+
