@@ -15,13 +15,14 @@ import time
 
 import anyio
 import redis.asyncio as aioredis
+from redis.exceptions import RedisError, ResponseError
 
 from planner.policy_slot import PolicyFactory, PolicySlot, registry_factory
 from planner.publisher import DecisionPublisher
 from planner.settings import PlannerSettings
 from shared import codec, keys
 from shared.connection import connect
-from shared.loops import every, keep_running
+from shared.loops import every, keep_running, wait_for_redis
 from shared.schemas import Decision, PolicyCommand, Telemetry
 from shared.streams import ensure_group, entries
 
@@ -55,7 +56,15 @@ class PlannerService:
         return await self._publish(f"planner started with {self.slot.name}")
 
     async def run(self) -> None:
-        await self.start()
+        """Serve until cancelled; waits for Redis at start and outlives its outages."""
+        await wait_for_redis(self.r, "planner")
+        while True:
+            try:
+                await self.start()
+                break
+            except (RedisError, OSError) as exc:
+                log.warning("planner start: %s: %s (retrying)", type(exc).__name__, exc)
+                await anyio.sleep(1.0)
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(keep_running, "telemetry", self.read_telemetry)
@@ -63,17 +72,26 @@ class PlannerService:
                 tg.start_soon(every, self.settings.decide_s, self.decide, "decide")
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(2):
-                await self.slot.save_state()
+                try:
+                    await self.slot.save_state()
+                except (RedisError, OSError) as exc:
+                    log.warning("planner state not saved: %s", exc)
 
     async def read_telemetry(self, block_ms: int | None = -1) -> int:
         """Feed one batch of telemetry to the policy, then decide; returns the batch size."""
-        resp = await self.r.xreadgroup(
-            keys.TELEMETRY_GROUP,
-            self.settings.consumer,
-            {keys.TELEMETRY_STREAM: ">"},
-            count=self.settings.batch,
-            block=self.settings.block_ms if block_ms == -1 else block_ms,
-        )
+        try:
+            resp = await self.r.xreadgroup(
+                keys.TELEMETRY_GROUP,
+                self.settings.consumer,
+                {keys.TELEMETRY_STREAM: ">"},
+                count=self.settings.batch,
+                block=self.settings.block_ms if block_ms == -1 else block_ms,
+            )
+        except ResponseError as exc:  # a Redis that restarted empty lost the group
+            if "NOGROUP" not in str(exc):
+                raise
+            await ensure_group(self.r, keys.TELEMETRY_STREAM, keys.TELEMETRY_GROUP, start="$")
+            return 0
         got = entries(resp)
         for entry_id, fields in got:
             try:
@@ -94,13 +112,19 @@ class PlannerService:
 
     async def read_control(self, block_ms: int | None = -1) -> int:
         """Apply the next policy commands; returns how many were read."""
-        resp = await self.r.xreadgroup(
-            keys.PLANNER_CONTROL_GROUP,
-            self.settings.consumer,
-            {keys.PLANNER_CONTROL_STREAM: ">"},
-            count=10,
-            block=self.settings.block_ms if block_ms == -1 else block_ms,
-        )
+        try:
+            resp = await self.r.xreadgroup(
+                keys.PLANNER_CONTROL_GROUP,
+                self.settings.consumer,
+                {keys.PLANNER_CONTROL_STREAM: ">"},
+                count=10,
+                block=self.settings.block_ms if block_ms == -1 else block_ms,
+            )
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            await ensure_group(self.r, keys.PLANNER_CONTROL_STREAM, keys.PLANNER_CONTROL_GROUP)
+            return 0
         got = entries(resp)
         for entry_id, fields in got:
             try:

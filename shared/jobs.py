@@ -29,7 +29,9 @@ TERMINAL = frozenset({JobStatus.FINISHED, JobStatus.CANCELLED, JobStatus.FAILED}
 STATUS = "status"
 CREATED_AT = "created_at"
 WORKER = "worker"
-ATTEMPTS = "attempts"  # how many times a worker started the job (delivery count)
+ATTEMPTS = "attempts"  # how many times a worker started the job (a hand-back on drain is not counted)
+LEASE = "lease"  # incremented at every start: the fence of the worker running it (worker/leases.py)
+OWNER = "owner"  # the API key that submitted the job (a hash of it), when keys are configured
 RESULT = "result"  # the encoded FinishEvent or ErrorEvent that ended the job
 
 
@@ -45,17 +47,21 @@ def terminal_status(event: FinishEvent | ErrorEvent) -> JobStatus:
     return JobStatus.CANCELLED if event.finish_reason == "cancelled" else JobStatus.FINISHED
 
 
-def add_events(pipe: aioredis.client.Pipeline, job_id: str, events: list[JobEvent]) -> None:
+def add_events(
+    pipe: aioredis.client.Pipeline, job_id: str, events: list[JobEvent], ttl_s: int = keys.JOB_TTL_S
+) -> None:
     """Queue XADDs of ``events`` on the job's stream (and renew its TTL) in ``pipe``."""
     stream = keys.job_events(job_id)
     for ev in events:
         pipe.xadd(stream, codec.entry(ev))
-    pipe.expire(stream, keys.JOB_TTL_S)
+    pipe.expire(stream, ttl_s)
 
 
-def add_result(pipe: aioredis.client.Pipeline, event: FinishEvent | ErrorEvent) -> None:
+def add_result(
+    pipe: aioredis.client.Pipeline, event: FinishEvent | ErrorEvent, ttl_s: int = keys.JOB_TTL_S
+) -> None:
     """Queue the final event on the job's stream and in its hash, in ``pipe``."""
-    add_events(pipe, event.job_id, [event])
+    add_events(pipe, event.job_id, [event], ttl_s)
     key = keys.job_key(event.job_id)
     pipe.hset(key, mapping={STATUS: terminal_status(event).value, RESULT: codec.encode(event)})
-    pipe.expire(key, keys.JOB_TTL_S)
+    pipe.expire(key, ttl_s)

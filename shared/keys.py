@@ -11,6 +11,7 @@ PREFIX = "nj:"
 JOBS_STREAM = PREFIX + "jobs"
 JOBS_GROUP = "workers"
 DEAD_LETTER_STREAM = PREFIX + "jobs:dead"
+DEAD_LETTER_MAXLEN = 10_000  # MAXLEN ~: operators read the recent ones
 
 # Cancellation is broadcast: every worker reads the whole stream from "$".
 CANCEL_STREAM = PREFIX + "cancel"
@@ -26,6 +27,7 @@ DECISION_LATEST = PREFIX + "decision:latest"
 DECISION_ACKS = PREFIX + "decision:acks"  # hash worker_id -> applied version
 DECISION_VERSION = PREFIX + "decision:version"  # INCR counter: the next decision's version
 PLANNER_CONTROL_STREAM = PREFIX + "planner:control"  # policy swaps
+PLANNER_CONTROL_MAXLEN = 1_000  # MAXLEN ~ on every XADD of a policy swap
 PLANNER_CONTROL_GROUP = "planner"  # a group, so a swap sent while the planner is down still lands
 PLANNER_STATE = PREFIX + "planner:state"  # hash policy name -> msgpack state
 PLANNER_ACTIVE = PREFIX + "planner:active"  # the running policy command (msgpack)

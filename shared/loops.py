@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import Awaitable, Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import anyio
 from redis.exceptions import RedisError
@@ -50,3 +52,19 @@ class Signal:
 
     async def wait(self) -> None:
         await self._event.wait()
+
+
+async def wait_for_redis(r: Any, service: str, max_backoff_s: float = 5.0) -> None:
+    """Return once Redis answers a PING; until then retry with backoff, logging a line every
+    few seconds, so a service started before its Redis waits for it instead of exiting."""
+    backoff, last_log = 0.1, -math.inf
+    while True:
+        try:
+            await r.ping()
+            return
+        except (RedisError, OSError) as exc:
+            if time.monotonic() - last_log >= 5.0:
+                log.warning("%s: waiting for Redis (%s: %s)", service, type(exc).__name__, exc)
+                last_log = time.monotonic()
+            await anyio.sleep(backoff)
+            backoff = min(max_backoff_s, backoff * 2)

@@ -1,9 +1,11 @@
-"""Taking one job-stream entry: skip, dead-letter, or start it in the engine.
+"""Taking one job-stream entry: skip, dead-letter, end, or make it a run for the engine.
 
 Handlers are idempotent because delivery is at-least-once: a job whose result is already
 written is just acknowledged; a cancelled job that never started is ended without running;
-a job started more than ``max_deliveries`` times is dead-lettered and its client told; a
-re-run resumes its event stream past what a client has already seen.
+a job started more than ``max_deliveries`` times is dead-lettered and its client told. A
+start takes the job's lease (worker/leases.py), so a worker that lost the job to another
+writes nothing more for it; a re-run continues from the output already sent. Tokenizing runs
+in a thread, off the event loop. Admission decides; the service admits the run it returns.
 """
 
 from __future__ import annotations
@@ -11,16 +13,27 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import anyio
 import redis.asyncio as aioredis
 
 from shared import codec, jobs, keys
+from shared.errors import ErrorCode
 from shared.schemas import ErrorEvent, FinishEvent, JobRequest, StartEvent
-from worker.engine.api import Engine, EngineRequest
 from worker.intake import JobIntake, guess_job_id
 from worker.job_run import JobRun, Resume
+from worker.leases import JobWrite, Leases
 from worker.prompts import PromptEncoder
 
 log = logging.getLogger(__name__)
+
+
+def context_length_message(max_len: int, prompt: int, completion: int) -> str:
+    """OpenAI's wording, which clients (LiteLLM, LangChain) recognise."""
+    return (
+        f"This model's maximum context length is {max_len} tokens. However, you requested "
+        f"{prompt + completion} tokens ({prompt} in the messages, {completion} in the completion). "
+        "Please reduce the length of the messages or completion."
+    )
 
 
 class Admission:
@@ -28,70 +41,70 @@ class Admission:
         self,
         r: aioredis.Redis,
         intake: JobIntake,
-        engine: Engine,
+        leases: Leases,
         prompts: PromptEncoder,
-        active: dict[str, JobRun],
         worker_id: str,
         max_deliveries: int,
+        max_model_len: int,
     ) -> None:
         self.r = r
         self.intake = intake
-        self.engine = engine
+        self.leases = leases
         self.prompts = prompts
-        self.active = active
         self.worker_id = worker_id
         self.max_deliveries = max_deliveries
+        self.max_model_len = max_model_len
 
     async def take(self, entry_id: bytes, fields: dict[Any, Any]) -> JobRun | None:
-        """Handle one entry; the JobRun when the job went to the engine."""
+        """Handle one entry; the JobRun when the job is to go to the engine."""
         try:
             job = codec.from_entry(fields)
             if not isinstance(job, JobRequest):
                 raise codec.CodecError(f"a {job.kind!r} message is not a job")
         except codec.CodecError as exc:
-            await self._reject(entry_id, fields, f"malformed entry: {exc}", guess_job_id(fields))
+            await self._reject(entry_id, fields, f"malformed entry: {exc}", guess_job_id(fields), 0)
             return None
-        if job.job_id in self.active:  # our own running job, claimed back: nothing to do
-            return None
-        key, cancel_key = keys.job_key(job.job_id), keys.job_cancel(job.job_id)
-        async with self.r.pipeline(transaction=False) as pipe:
-            pipe.hget(key, jobs.STATUS)
-            pipe.exists(cancel_key)
-            raw_status, cancelled = await pipe.execute()
-        if jobs.status_of(raw_status) in jobs.TERMINAL:
+        lease, attempt = await self.leases.start(job.job_id)
+        if lease == 0:  # ended already: just acknowledge
             await self.intake.ack(entry_id)
             return None
-        if cancelled:
-            await self._end(entry_id, _cancelled_before_start(job.job_id, self.worker_id))
+        if lease < 0:
+            await self._end_unstarted(entry_id, _cancelled_before_start(job.job_id, self.worker_id))
             return None
-        attempt = int(await self.r.hincrby(key, jobs.ATTEMPTS, 1))
         if attempt > self.max_deliveries:
             reason = f"started {attempt - 1} times without finishing (limit {self.max_deliveries})"
-            await self._reject(entry_id, fields, reason, job.job_id)
+            await self._reject(entry_id, fields, reason, job.job_id, lease)
             return None
         try:
-            prompt_ids = self.prompts.encode(job)
+            prompt_ids = await anyio.to_thread.run_sync(self.prompts.encode, job)
         except Exception as exc:  # a template or tokenizer failure is the request's fault
-            err = ErrorEvent(job_id=job.job_id, code="bad_request", message=str(exc))
-            await self._end(entry_id, err)
+            await self._fail(job.job_id, lease, entry_id, ErrorCode.BAD_REQUEST, str(exc))
             return None
-        resume = await self._resume(job.job_id) if attempt > 1 else Resume()
-        run = JobRun(job, entry_id, prompt_ids, self.prompts.tokenizer, self.worker_id, resume)
-        self.active[job.job_id] = run
+        want = len(prompt_ids) + job.params.max_tokens
+        if self.max_model_len and want > self.max_model_len:
+            msg = context_length_message(self.max_model_len, len(prompt_ids), job.params.max_tokens)
+            await self._fail(job.job_id, lease, entry_id, ErrorCode.CONTEXT_LENGTH_EXCEEDED, msg)
+            return None
+        resume = await self._resume(job.job_id) if lease > 1 else Resume()  # started before
+        run = JobRun(job, entry_id, prompt_ids, self.prompts.tokenizer, self.worker_id, resume, lease)
         start = StartEvent(
             job_id=job.job_id, worker_id=self.worker_id, attempt=attempt, prompt_tokens=len(prompt_ids)
         )
-        async with self.r.pipeline(transaction=False) as pipe:
-            pipe.hset(key, mapping={jobs.STATUS: jobs.JobStatus.RUNNING.value, jobs.WORKER: self.worker_id})
-            pipe.expire(key, keys.JOB_TTL_S)
-            jobs.add_events(pipe, job.job_id, [start])
-            await pipe.execute()
-        self.engine.add_request(EngineRequest(job.job_id, prompt_ids, job.params, job.priority))
-        # A cancel that raced the start (its broadcast came before the job was active here).
-        if await self.r.exists(cancel_key):
-            self.engine.abort_request(job.job_id)
-        log.info("job %s started (attempt %d, %d prompt tokens)", job.job_id, attempt, len(prompt_ids))
+        (held,) = await self.leases.write([JobWrite(job.job_id, lease, entry_id, [start])])
+        if not held:  # another worker started it meanwhile
+            return None
+        log.info(
+            "job %s started (attempt %d, %d prompt tokens, %d resumed)",
+            job.job_id,
+            attempt,
+            len(prompt_ids),
+            resume.tokens,
+        )
         return run
+
+    async def cancelled(self, job_id: str) -> bool:
+        """A cancel that raced the start (its broadcast came before the job ran here)."""
+        return bool(await self.r.exists(keys.job_cancel(job_id)))
 
     async def _resume(self, job_id: str) -> Resume:
         events = []
@@ -102,20 +115,29 @@ class Admission:
                 continue
         return Resume.from_events(events)
 
-    async def _end(self, entry_id: bytes, final: FinishEvent | ErrorEvent) -> None:
+    async def _fail(self, job_id: str, lease: int, entry_id: bytes, code: ErrorCode, message: str) -> None:
+        err = ErrorEvent(job_id=job_id, code=code.value, message=message)
+        await self.leases.write([JobWrite(job_id, lease, entry_id, [], err)])
+
+    async def _end_unstarted(self, entry_id: bytes, final: FinishEvent | ErrorEvent) -> None:
         async with self.r.pipeline(transaction=False) as pipe:
-            jobs.add_result(pipe, final)
+            jobs.add_result(pipe, final, self.leases.ttl_s)
             await pipe.execute()
         await self.intake.ack(entry_id)
 
-    async def _reject(self, entry_id: bytes, fields: dict[Any, Any], reason: str, job_id: str | None) -> None:
-        """Dead-letter the entry; tell the job's client when the job is known."""
+    async def _reject(
+        self, entry_id: bytes, fields: dict[Any, Any], reason: str, job_id: str | None, lease: int
+    ) -> None:
+        """Dead-letter the entry alone; tell the job's client when the job is known."""
         log.error("dead-lettering entry %s: %s", entry_id.decode(), reason)
-        if job_id is not None:
-            async with self.r.pipeline(transaction=False) as pipe:
-                jobs.add_result(pipe, ErrorEvent(job_id=job_id, code="dead_letter", message=reason))
-                await pipe.execute()
         await self.intake.dead_letter(entry_id, fields, reason)
+        if job_id is None:
+            return
+        if lease > 0:
+            await self._fail(job_id, lease, entry_id, ErrorCode.DEAD_LETTER, reason)
+        else:
+            err = ErrorEvent(job_id=job_id, code=ErrorCode.DEAD_LETTER.value, message=reason)
+            await self._end_unstarted(entry_id, err)
 
 
 def _cancelled_before_start(job_id: str, worker_id: str) -> FinishEvent:

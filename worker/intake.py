@@ -1,8 +1,9 @@
 """The worker's side of the job stream: one consumer of the workers' group.
 
-At-least-once: an entry stays pending until XACK. A starting worker re-reads its own pending
-entries first; entries left idle by a dead consumer are taken over with XAUTOCLAIM; a worker
-renews its claim on the jobs it runs (XCLAIM ... JUSTID) so they never look idle.
+At-least-once: an entry stays pending until XACK (then it is deleted: the stream holds only
+jobs not yet answered). Entries left idle by a dead consumer are taken over with XAUTOCLAIM
+before any new work; a restarted worker re-reads its own pending entries; a worker renews its
+claim on the jobs it still holds (worker/leases.py) so they never look idle.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 import msgpack
 import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
 
 from shared import codec, keys
 from shared.streams import Entry, ensure_group, entries, id_str
@@ -41,9 +43,15 @@ class JobIntake:
         return got
 
     async def read_new(self, count: int, block_ms: int | None) -> list[Entry]:
-        resp = await self.r.xreadgroup(
-            keys.JOBS_GROUP, self.consumer, {keys.JOBS_STREAM: ">"}, count=count, block=block_ms
-        )
+        try:
+            resp = await self.r.xreadgroup(
+                keys.JOBS_GROUP, self.consumer, {keys.JOBS_STREAM: ">"}, count=count, block=block_ms
+            )
+        except ResponseError as exc:  # a Redis that restarted empty lost the group
+            if "NOGROUP" not in str(exc):
+                raise
+            await self.setup()
+            return []
         return entries(resp)
 
     async def autoclaim(self, count: int) -> list[Entry]:
@@ -60,14 +68,13 @@ class JobIntake:
         self._claim_cursor = cursor.decode() if isinstance(cursor, bytes) else str(cursor)
         return [(eid, fields) for eid, fields in claimed if fields is not None]
 
-    async def renew(self, entry_ids: list[int | bytes | str | memoryview]) -> None:
-        """Reset the idle time of entries this worker is still working on."""
-        if entry_ids:
-            await self.r.xclaim(keys.JOBS_STREAM, keys.JOBS_GROUP, self.consumer, 0, entry_ids, justid=True)
-
     async def ack(self, *entry_ids: bytes) -> None:
+        """Acknowledge and delete entries: a handled job leaves the stream (bounded storage)."""
         if entry_ids:
-            await self.r.xack(keys.JOBS_STREAM, keys.JOBS_GROUP, *entry_ids)
+            async with self.r.pipeline(transaction=True) as pipe:
+                pipe.xack(keys.JOBS_STREAM, keys.JOBS_GROUP, *entry_ids)
+                pipe.xdel(keys.JOBS_STREAM, *entry_ids)
+                await pipe.execute()
 
     async def dead_letter(self, entry_id: bytes, fields: dict[Any, Any], reason: str) -> None:
         """Copy the entry, with the reason, to the dead-letter stream, then acknowledge it."""
@@ -81,8 +88,9 @@ class JobIntake:
             }
         )
         async with self.r.pipeline(transaction=True) as pipe:
-            pipe.xadd(keys.DEAD_LETTER_STREAM, record)
+            pipe.xadd(keys.DEAD_LETTER_STREAM, record, maxlen=keys.DEAD_LETTER_MAXLEN, approximate=True)
             pipe.xack(keys.JOBS_STREAM, keys.JOBS_GROUP, entry_id)
+            pipe.xdel(keys.JOBS_STREAM, entry_id)
             await pipe.execute()
 
 

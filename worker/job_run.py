@@ -8,31 +8,44 @@ from dataclasses import dataclass
 
 from shared.schemas import FinishEvent, FinishReason, JobRequest, Message, TokenEvent
 from worker.detokenizer import Decoder, IncrementalDetokenizer, StopText
+from worker.engine.api import EngineRequest
 
 
 @dataclass(frozen=True)
 class Resume:
-    """How much of the output a client may already have seen from earlier attempts.
+    """The output that earlier attempts of the job already sent to its client.
 
-    A re-run of a greedy or seeded job reproduces the same tokens, so the worker regenerates
-    them and emits only what lies past these counts: no token or character is sent twice.
+    A re-run continues from it: the engine gets prompt + these tokens as its prompt and
+    generates only the rest, so a client sees one output — for a sampled job one sample,
+    not the splice of two draws; for a greedy one the target's own continuation — and no
+    token or character twice.
     """
 
-    tokens: int = 0
+    token_ids: tuple[int, ...] = ()
     chars: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return len(self.token_ids)
 
     @classmethod
     def from_events(cls, events: Iterable[Message]) -> Resume:
-        tokens = chars = 0
+        ids: list[int] = []
+        chars = 0
         for ev in events:
             if isinstance(ev, TokenEvent):
-                tokens = max(tokens, ev.index + len(ev.token_ids))
+                if ev.token_ids and ev.index <= len(ids):
+                    ids[ev.index :] = ev.token_ids  # an event overlapping the last is a re-send
                 chars += len(ev.text)
-        return cls(tokens, chars)
+        return cls(tuple(ids), chars)
 
 
 class JobRun:
-    """Feeds generated tokens through detokenization and stop strings into TokenEvents."""
+    """Feeds generated tokens through detokenization and stop strings into TokenEvents.
+
+    ``lease`` is the fence this worker holds on the job (worker/leases.py); ``done`` turns
+    true once the final event is handed to the outbox, after which outputs are ignored.
+    """
 
     def __init__(
         self,
@@ -42,16 +55,42 @@ class JobRun:
         tokenizer: Decoder,
         worker_id: str,
         resume: Resume = Resume(),
+        lease: int = 0,
     ) -> None:
         self.job = job
         self.entry_id = entry_id
         self.prompt_ids = prompt_ids
         self.worker_id = worker_id
         self.resume = resume
+        self.lease = lease
+        self.done = False
         self.output: list[int] = []
         self.first_token_at: float | None = None
         self._detok = IncrementalDetokenizer(tokenizer, prompt_ids)
         self._text = StopText(job.params.stop)
+        for token in resume.token_ids:  # what was sent already: replayed, not re-emitted
+            self.output.append(token)
+            self._text.push(self._detok.add(token))
+
+    def engine_request(self) -> EngineRequest:
+        """What the engine runs: the prompt plus the output sent already, for the rest."""
+        params = self.job.params
+        if self.resume.token_ids:
+            left = max(1, params.max_tokens - self.resume.tokens)
+            params = params.model_copy(update={"max_tokens": left})
+        return EngineRequest(
+            self.job_id, self.prompt_ids + list(self.resume.token_ids), params, self.job.priority
+        )
+
+    def resumed_final_reason(self, eos_token_ids: frozenset[int]) -> FinishReason | None:
+        """Whether the output sent already ends the job (its length, or an EOS token)."""
+        if not self.resume.token_ids:
+            return None
+        if self.resume.tokens >= self.job.params.max_tokens:
+            return "length"
+        if not self.job.params.ignore_eos and self.resume.token_ids[-1] in eos_token_ids:
+            return "stop"
+        return "stop" if self.stopped else None
 
     @property
     def job_id(self) -> str:

@@ -13,14 +13,17 @@ from shared.schemas import WorkerInfo
 
 
 class Presence:
-    def __init__(self, r: aioredis.Redis, worker_id: str, model: str, max_jobs: int) -> None:
+    def __init__(
+        self, r: aioredis.Redis, worker_id: str, model: str, max_jobs: int, max_model_len: int = 0
+    ) -> None:
         self.r = r
         self.worker_id = worker_id
         self.model = model
         self.max_jobs = max_jobs
+        self.max_model_len = max_model_len
         self.started_at = time.time()
 
-    async def beat(self, running: int, decision_version: int, fallback: bool) -> None:
+    async def beat(self, running: int, decision_version: int, fallback: bool, draining: bool = False) -> None:
         info = WorkerInfo(
             worker_id=self.worker_id,
             model=self.model,
@@ -31,6 +34,8 @@ class Presence:
             max_jobs=self.max_jobs,
             decision_version=decision_version,
             fallback=fallback,
+            max_model_len=self.max_model_len,
+            draining=draining,
         )
         await self.r.hset(keys.WORKERS, self.worker_id, codec.encode(info))
 

@@ -1,35 +1,43 @@
 """The worker service: job stream in, engine steps in a thread, token events out.
 
 Concurrency (one anyio task group): the engine loop runs ``engine.step()`` in a worker
-thread and turns outputs into events; the intake loop reads the job stream when a slot is
-free; other loops follow cancellations and decisions, renew claims on running jobs, take
-over jobs of dead workers, and heartbeat. A job is acknowledged only after its result is
-written, so a crash anywhere means redelivery, never a lost job.
+thread and hands each step's output to the outbox (worker/outbox.py), whose writer lands it
+in Redis while the next step already runs; the intake loop takes orphans of dead workers
+first, then new jobs, when a slot is free; other loops follow cancellations and decisions,
+renew the leases of running jobs, and heartbeat. A job is acknowledged only with its result,
+in one fenced script, so a crash anywhere means redelivery, never a lost job; a worker that
+lost a job (paused past ``--claim-idle``) writes nothing more for it. Every loop outlives a
+Redis outage; ``request_stop`` drains: no new jobs, running ones finish within
+``drain_timeout_s`` or are handed back to the other workers.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import anyio
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from shared import codec, jobs, keys
+from shared import codec, keys
 from shared.connection import connect
-from shared.loops import Signal, every, keep_running
+from shared.errors import ErrorCode
+from shared.loops import Signal, every, keep_running, wait_for_redis
 from shared.schemas import CancelRequest, ErrorEvent, FinishEvent, FinishReason
-from shared.streams import entries, last_id
+from shared.streams import Entry, entries, last_id
 from worker.admission import Admission
 from worker.decisions import DecisionFollower
 from worker.engine.api import Engine, RequestOutput, StepStats
 from worker.engine_factory import create_engine
-from worker.intake import JobIntake
+from worker.intake import JobIntake, guess_job_id
 from worker.job_run import JobRun
+from worker.leases import JobWrite, Leases
+from worker.outbox import Outbox, StepOutput, Written
 from worker.presence import Presence
 from worker.prompts import PromptEncoder
+from worker.running import RunningJobs
 from worker.settings import WorkerSettings
 from worker.telemetry import TelemetryPublisher
 
@@ -52,90 +60,187 @@ class WorkerService:
         self.engine = engine if engine is not None else create_engine(s.model_dir, **opts)
         self.prompts = prompts if prompts is not None else PromptEncoder.from_dir(s.model_dir)
         self.model_name = s.model_name or Path(s.model_dir).name
+        self.max_model_len = int(getattr(self.engine, "max_model_len", 0) or 0)
+        self.running = RunningJobs(s.max_jobs)
         self.intake = JobIntake(self.r, s.worker_id, s.claim_idle_s)
+        self.leases = Leases(self.r, s.worker_id, s.result_ttl_s)
         self.decisions = DecisionFollower(self.r, self.engine, s.worker_id, s.decision_check_s, s.block_ms)
         self.telemetry = TelemetryPublisher(self.r, s.worker_id, s.lag_refresh_s)
-        self.presence = Presence(self.r, s.worker_id, self.model_name, s.max_jobs)
-        self.active: dict[str, JobRun] = {}
+        self.outbox = Outbox(
+            self.leases,
+            self.telemetry,
+            self._written,
+            lambda: (self.decisions.version, self.decisions.fallback),
+        )
+        self.presence = Presence(self.r, s.worker_id, self.model_name, s.max_jobs, self.max_model_len)
         self.admission = Admission(
-            self.r, self.intake, self.engine, self.prompts, self.active, s.worker_id, s.max_deliveries
+            self.r, self.intake, self.leases, self.prompts, s.worker_id, s.max_deliveries, self.max_model_len
         )
         self.jobs_ended = 0
+        self.jobs_lost = 0  # jobs another worker took over while this one held them
         self._cancel_cursor: str | None = None
+        self._work = Signal()  # the engine got something to do
+        self._stop = anyio.Event()
+        self._draining = False
 
     @property
     def worker_id(self) -> str:
         return self.settings.worker_id
 
+    def request_stop(self) -> None:
+        """Drain and return from ``run``: take no new jobs, let running ones finish within
+        ``drain_timeout_s``, hand the rest back."""
+        self._stop.set()
+
     async def run(self, burst: bool = False) -> None:
-        """Serve until cancelled; with ``burst``, drain the job stream and return."""
-        self._work = Signal()  # the engine got something to do
-        self._job_ended = Signal()
-        await self.intake.setup()
-        await self.decisions.start()
-        await self.presence.beat(0, self.decisions.version, self.decisions.fallback)
-        log.info("worker %s serving %s", self.worker_id, self.model_name)
+        """Serve until cancelled or stopped; with ``burst``, drain the job stream and return."""
+        await wait_for_redis(self.r, f"worker {self.worker_id}")
+        await keep_trying("worker start", self._start)
+        log.info(
+            "worker %s serving %s (drafters: %s)",
+            self.worker_id,
+            self.model_name,
+            ", ".join(getattr(self.engine, "drafter_names", [])) or "none",
+        )
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._engine_loop)
+                tg.start_soon(self.outbox.run)
                 tg.start_soon(keep_running, "cancellations", self._follow_cancels)
                 tg.start_soon(self.decisions.run)
-                if burst:
-                    tg.start_soon(self._drain, tg.cancel_scope)
-                    return
-                tg.start_soon(keep_running, "intake", self._intake_iteration)
-                tg.start_soon(every, self.settings.renew_s, self._renew, "claim renewal")
-                tg.start_soon(every, self.settings.autoclaim_s, self._autoclaim, "autoclaim")
+                tg.start_soon(every, self.settings.renew_s, self._renew, "lease renewal")
                 tg.start_soon(every, self.settings.heartbeat_s, self._heartbeat, "heartbeat")
+                if burst:
+                    await self._burst()
+                else:
+                    intake = anyio.CancelScope()
+                    tg.start_soon(self._intake_until_stopped, intake)
+                    await self._stop.wait()
+                    intake.cancel()
+                    await self._drain()
+                tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(2):
-                await self.presence.leave()
+                try:
+                    await self.presence.leave()
+                except (RedisError, OSError) as exc:
+                    log.warning("could not deregister: %s", exc)
 
-    # -- admission ------------------------------------------------------------------------
-    def free_slots(self) -> int:
-        return self.settings.max_jobs - len(self.active)
+    async def _start(self) -> None:
+        await self.intake.setup()
+        await self.decisions.start()
+        await self.presence.beat(0, self.decisions.version, self.decisions.fallback)
+
+    # -- intake ---------------------------------------------------------------------------
+    async def _intake_until_stopped(self, scope: anyio.CancelScope) -> None:
+        with scope:
+            await keep_running("intake", self._intake_iteration)
 
     async def _wait_for_slot(self) -> int:
-        while self.free_slots() <= 0:
-            await self._job_ended.wait()
-        return self.free_slots()
-
-    async def _take_all(self, got: list[tuple[bytes, dict[bytes, bytes]]]) -> None:
-        for entry_id, fields in got:
-            run = await self.admission.take(entry_id, fields)
-            if run is not None:
-                self._work.fire()
+        while self.running.free_slots() <= 0:
+            await self.running.ended.wait()
+        return self.running.free_slots()
 
     async def _intake_iteration(self) -> None:
         free = await self._wait_for_slot()
-        # A restarted worker first finishes what it had taken before (its own pending list).
-        got = await self.intake.read_own_pending(free)
+        # Orphans of dead workers first, then what this worker held before it restarted,
+        # then new jobs.
+        got = await self.intake.autoclaim(free)
+        if not got:
+            got = await self.intake.read_own_pending(free)
         if not got:
             got = await self.intake.read_new(free, self.settings.block_ms)
         await self._take_all(got)
 
-    async def _drain(self, scope: anyio.CancelScope) -> None:
-        """Burst mode: take jobs until the stream has none left and every taken job ended."""
+    async def _take_all(self, got: list[Entry]) -> None:
+        for entry_id, fields in got:
+            if guess_job_id(fields) in self.running:  # our own running job, claimed back
+                continue
+            try:
+                # An entry in hand is taken to the end even through a Redis outage.
+                run = await keep_trying("admission", lambda e=entry_id, f=fields: self.admission.take(e, f))
+            except Exception as exc:  # a bug must not take the worker down: dead-letter the entry
+                log.exception("admission of entry %s failed", entry_id)
+                await keep_trying(
+                    "dead letter",
+                    lambda e=entry_id, f=fields, x=exc: self.intake.dead_letter(
+                        e, f, f"admission failed: {x!r}"
+                    ),
+                )
+                continue
+            if run is not None:
+                await self._begin(run)
+
+    async def _begin(self, run: JobRun) -> None:
+        self.running.admit(run)
+        reason = run.resumed_final_reason(frozenset(getattr(self.engine, "eos_token_ids", ())))
+        if reason is not None:  # the output sent before the failover already ends the job
+            tail, final = run.finish(reason)
+            run.done = True
+            write = JobWrite(run.job_id, run.lease, run.entry_id, list(tail), final)
+            await self.outbox.put(StepOutput([write]))
+            return
+        self.engine.add_request(run.engine_request())
+        if await keep_trying("cancel check", lambda: self.admission.cancelled(run.job_id)):
+            self.engine.abort_request(run.job_id)
+        self._work.fire()
+
+    async def _burst(self) -> None:
+        """Take jobs until the stream has none left and every taken job ended."""
         while True:
             free = await self._wait_for_slot()
             got = await self.intake.read_own_pending(free) or await self.intake.read_new(free, None)
             if got:
                 await self._take_all(got)
-            elif not self.active:
-                scope.cancel()
+            elif not len(self.running):
                 return
             else:
-                await self._job_ended.wait()
+                await self.running.ended.wait()
 
-    async def _autoclaim(self) -> None:
-        if self.free_slots() > 0:
-            await self._take_all(await self.intake.autoclaim(self.free_slots()))
+    async def _drain(self) -> None:
+        self._draining = True
+        log.info(
+            "worker %s draining %d jobs (up to %.0fs)",
+            self.worker_id,
+            len(self.running),
+            self.settings.drain_timeout_s,
+        )
+        await keep_trying("heartbeat", self._heartbeat)
+        with anyio.move_on_after(self.settings.drain_timeout_s):
+            while len(self.running):
+                await self.running.ended.wait()
+        left = list(self.running)
+        for run in left:
+            self.engine.abort_request(run.job_id)
+            run.done = True
+        await self.outbox.flush()
+        idle_ms = int(self.settings.claim_idle_s * 1000) + 1
+        for run in left:
+            if self.running.retire(run.job_id) is not None:
+                await keep_trying(
+                    "hand-back", lambda r=run: self.leases.hand_back(r.job_id, r.lease, r.entry_id, idle_ms)
+                )
+        if left:
+            log.info("worker %s handed %d running jobs back", self.worker_id, len(left))
 
+    # -- leases, presence, cancellations --------------------------------------------------
     async def _renew(self) -> None:
-        await self.intake.renew([run.entry_id for run in self.active.values()])
+        for job_id in await self.leases.renew(self.running.held()):
+            self._lose(job_id)
+
+    def _lose(self, job_id: str) -> None:
+        """Another worker holds the job now: stop it here and write nothing more for it."""
+        run = self.running.retire(job_id)
+        if run is not None:
+            run.done = True
+            self.engine.abort_request(job_id)
+            self.jobs_lost += 1
+            log.warning("job %s was taken over by another worker; stopped here", job_id)
 
     async def _heartbeat(self) -> None:
-        await self.presence.beat(len(self.active), self.decisions.version, self.decisions.fallback)
+        await self.presence.beat(
+            len(self.running), self.decisions.version, self.decisions.fallback, self._draining
+        )
 
     async def _follow_cancels(self) -> None:
         if self._cancel_cursor is None:
@@ -150,7 +255,7 @@ class WorkerService:
             except codec.CodecError as exc:
                 log.error("skipping a malformed cancel entry: %s", exc)
                 continue
-            if isinstance(msg, CancelRequest) and msg.job_id in self.active:
+            if isinstance(msg, CancelRequest) and msg.job_id in self.running:
                 log.info("cancelling job %s", msg.job_id)
                 self.engine.abort_request(msg.job_id)
 
@@ -161,52 +266,51 @@ class WorkerService:
                 with anyio.move_on_after(self.settings.heartbeat_s):
                     await self._work.wait()
                 if not self.engine.has_unfinished():
-                    await self._publish(StepStats())  # idle heartbeat
+                    await self.outbox.put(StepOutput([], StepStats()))  # idle heartbeat
                     continue
             result = await anyio.to_thread.run_sync(self.engine.step)
-            await self._handle(result.outputs)
-            await self._publish(result.stats)
+            await self.outbox.put(StepOutput(self._writes(result.outputs), result.stats))
 
-    async def _publish(self, stats: StepStats) -> None:
-        try:
-            await self.telemetry.publish(stats, self.decisions.version, self.decisions.fallback)
-        except RedisError as exc:  # telemetry is best effort
-            log.warning("telemetry not published: %s", exc)
-
-    async def _handle(self, outputs: list[RequestOutput]) -> None:
-        """Write the step's events and the results of ended jobs and acknowledge those, in one
-        transaction: a reader never sees a result whose entry is still pending, and an entry
-        is never acknowledged without its result."""
-        pipe = self.r.pipeline(transaction=True)
-        ended: list[JobRun] = []
+    def _writes(self, outputs: list[RequestOutput]) -> list[JobWrite]:
+        """The step's new tokens as each job's events, and the final event of jobs that ended."""
+        writes = []
         for out in outputs:
-            run = self.active.get(out.request_id)
-            if run is None:  # ended here already (a stop string), the engine caught up
+            run = self.running.get(out.request_id)
+            if run is None or run.done:  # ended here already (a stop string), or lost
                 continue
             events = run.feed(out.new_token_ids)
             if run.stopped and not out.finished:
                 self.engine.abort_request(run.job_id)
-            if not (run.stopped or out.finished):
-                if events:
-                    jobs.add_events(pipe, run.job_id, list(events))
-                continue
-            final: FinishEvent | ErrorEvent
-            if out.finish_reason == "error" and not run.stopped:
-                final = ErrorEvent(job_id=run.job_id, code="engine_error", message=out.error or "")
-            else:
+            final: FinishEvent | ErrorEvent | None = None
+            if out.finished and out.finish_reason == "error" and not run.stopped:
+                final = ErrorEvent(
+                    job_id=run.job_id, code=ErrorCode.ENGINE_ERROR.value, message=out.error or ""
+                )
+            elif run.stopped or out.finished:
                 reason = "stop" if run.stopped else out.finish_reason or "stop"
                 tail, final = run.finish(cast(FinishReason, reason))
                 events += tail
-            if events:
-                jobs.add_events(pipe, run.job_id, list(events))
-            jobs.add_result(pipe, final)
-            ended.append(run)
-        if ended:
-            pipe.xack(keys.JOBS_STREAM, keys.JOBS_GROUP, *(run.entry_id for run in ended))
-        if len(pipe):
-            await pipe.execute()
-        if ended:
-            for run in ended:
-                del self.active[run.job_id]
-            self.jobs_ended += len(ended)
-            self._job_ended.fire()
+            if final is not None:
+                run.done = True
+            if events or final is not None:
+                writes.append(JobWrite(run.job_id, run.lease, run.entry_id, list(events), final))
+        return writes
+
+    def _written(self, done: list[Written]) -> None:
+        """The outbox landed these writes: retire ended jobs, drop lost ones."""
+        for w in done:
+            if not w.held:
+                self._lose(w.write.job_id)
+            elif w.write.final is not None and self.running.retire(w.write.job_id) is not None:
+                self.jobs_ended += 1
+
+
+async def keep_trying(what: str, attempt: Any, backoff_s: float = 0.1) -> Any:
+    """Await ``attempt()`` until it gets through a Redis error (with backoff)."""
+    while True:
+        try:
+            return await attempt()
+        except (RedisError, OSError) as exc:
+            log.warning("%s: %s: %s (retrying)", what, type(exc).__name__, exc)
+            await anyio.sleep(backoff_s)
+            backoff_s = min(2.0, backoff_s * 2)

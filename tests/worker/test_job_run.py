@@ -43,13 +43,28 @@ def test_stop_string_ends_the_run_and_cuts_the_text() -> None:
     assert len(final.token_ids) < len(IDS)  # type: ignore[attr-defined]
 
 
-def test_resumed_run_emits_only_what_the_client_has_not_seen() -> None:
+def test_resumed_run_continues_after_what_the_client_has_seen() -> None:
     first, _ = _play(_run(), [[t] for t in IDS])
     seen = first[:7]  # a client saw these before the first worker died
     resume = Resume.from_events(seen)
-    # The re-run steps differently (chunks of 5), yet nothing is repeated or lost.
-    rest, final = _play(_run(resume=resume), [IDS[i : i + 5] for i in range(0, len(IDS), 5)])
+    assert list(resume.token_ids) == [t for e in seen for t in e.token_ids]
+    run = _run(resume=resume)
+    # The engine continues from prompt + the output sent, for the tokens left.
+    request = run.engine_request()
+    assert request.prompt_token_ids == PROMPT + list(resume.token_ids)
+    assert request.params.max_tokens == 100 - resume.tokens
+    rest_ids = IDS[resume.tokens :]
+    rest, final = _play(run, [rest_ids[i : i + 5] for i in range(0, len(rest_ids), 5)])
     all_events = seen + rest
-    assert [t for e in all_events for t in e.token_ids] == IDS
+    assert [t for e in all_events for t in e.token_ids] == IDS == final.token_ids  # type: ignore[attr-defined]
     assert "".join(e.text for e in all_events) == TEXT == final.text  # type: ignore[attr-defined]
     assert rest[0].index == resume.tokens
+
+
+def test_a_resumed_run_whose_sent_output_reached_max_tokens_is_over() -> None:
+    resume = Resume(token_ids=tuple(IDS[:100]))
+    run = _run(resume=resume)
+    assert run.resumed_final_reason(frozenset()) == ("length" if len(IDS) >= 100 else None)
+    eos = Resume(token_ids=(IDS[0], 2))
+    assert _run(resume=eos).resumed_final_reason(frozenset({2})) == "stop"
+    assert _run().resumed_final_reason(frozenset({2})) is None

@@ -8,6 +8,7 @@ import anyio
 import msgpack
 import pytest
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from shared import codec, jobs, keys
 from shared.schemas import (
@@ -23,8 +24,10 @@ from shared.schemas import (
     Telemetry,
     TokenEvent,
 )
+from shared.streams import ensure_group
 from tests.tiny_models import reference_greedy
 from worker.engine.api import Engine
+from worker.leases import JobWrite, Leases
 from worker.prompts import PromptEncoder
 from worker.service import WorkerService
 from worker.settings import WorkerSettings
@@ -35,7 +38,8 @@ pytestmark = pytest.mark.anyio
 def _worker(
     r: aioredis.Redis, model_dir: Path, engine: Engine, prompts: PromptEncoder, **kw: object
 ) -> WorkerService:
-    settings = WorkerSettings(model_dir=str(model_dir), worker_id="w1", **kw)  # type: ignore[arg-type]
+    kw.setdefault("worker_id", "w1")
+    settings = WorkerSettings(model_dir=str(model_dir), **kw)  # type: ignore[arg-type]
     return WorkerService(settings, engine=engine, prompts=prompts, redis=r)
 
 
@@ -130,30 +134,156 @@ async def test_bad_prompt_fails_the_job_only(
     assert await r.hget(keys.job_key("ok"), jobs.STATUS) == b"finished"
 
 
-async def test_rerun_after_a_crash_repeats_no_token(
+async def _crashed_first_attempt(r: aioredis.Redis, job: JobRequest, sent: list[TokenEvent]) -> None:
+    """Job ``job`` as a first attempt on w1 left it: started, ``sent`` events out, pending."""
+    await ensure_group(r, keys.JOBS_STREAM, keys.JOBS_GROUP)
+    await _enqueue(r, job)
+    await r.hset(keys.job_key(job.job_id), mapping={jobs.ATTEMPTS: 1, jobs.LEASE: 1})
+    await r.xreadgroup(keys.JOBS_GROUP, "w1", {keys.JOBS_STREAM: ">"}, count=1)
+    for ev in sent:
+        await r.xadd(keys.job_events(job.job_id), codec.entry(ev.model_copy(update={"job_id": job.job_id})))
+
+
+def _positions(events: list[Message]) -> list[int]:
+    """Output positions of every token event, in order: each position once means no repeat."""
+    return [e.index + i for e in events if isinstance(e, TokenEvent) for i in range(len(e.token_ids))]
+
+
+async def test_rerun_after_a_crash_continues_the_same_sample(
     r: aioredis.Redis, model_dir: Path, engine: Engine, prompts: PromptEncoder
 ) -> None:
     params = SamplingParams(max_tokens=12, temperature=0.9, seed=11, ignore_eos=True)
     await _enqueue(r, JobRequest(job_id="ref", prompt="Once", params=params))
     await _drain(_worker(r, model_dir, engine, prompts))
     reference = [e for e in await _events(r, "ref") if isinstance(e, TokenEvent)]
-    # A first attempt on w1 got 5 events out, then the worker died with the entry pending.
-    job = JobRequest(job_id="re", prompt="Once", params=params)
-    await _enqueue(r, job)
-    await r.hset(keys.job_key("re"), jobs.ATTEMPTS, 1)
-    await r.xreadgroup(keys.JOBS_GROUP, "w1", {keys.JOBS_STREAM: ">"}, count=1)
-    for ev in reference[:5]:
-        await r.xadd(keys.job_events("re"), codec.entry(ev.model_copy(update={"job_id": "re"})))
+    await _crashed_first_attempt(r, JobRequest(job_id="re", prompt="Once", params=params), reference[:5])
     await _drain(_worker(r, model_dir, engine, prompts))  # restarted w1 re-reads its pending
     events = await _events(r, "re")
     final = events[-1]
-    assert isinstance(final, FinishEvent)
+    assert isinstance(final, FinishEvent) and final.completion_tokens == 12
     starts = [e for e in events if isinstance(e, StartEvent)]
     assert [s.attempt for s in starts] == [2]
     tokens = [e for e in events if isinstance(e, TokenEvent)]
     assert [t for e in tokens for t in e.token_ids] == final.token_ids
     assert "".join(e.text for e in tokens) == final.text
-    assert final.token_ids == [t for e in reference for t in e.token_ids]
+    assert _positions(events) == list(range(12))
+    # The resumed attempt continues what the client saw: its first five tokens are kept.
+    sent = [t for e in reference[:5] for t in e.token_ids]
+    assert final.token_ids[: len(sent)] == sent
+
+
+async def test_greedy_rerun_after_a_crash_equals_the_target(
+    r: aioredis.Redis, model_dir: Path, engine: Engine, prompts: PromptEncoder
+) -> None:
+    expected = reference_greedy(model_dir, prompts.tokenizer("Once upon")["input_ids"], 20)
+    params = SamplingParams(max_tokens=20)
+    sent = [TokenEvent(job_id="g", index=0, token_ids=expected[:3], text="")]
+    await _crashed_first_attempt(r, JobRequest(job_id="g", prompt="Once upon", params=params), sent)
+    await _drain(_worker(r, model_dir, engine, prompts))
+    events = await _events(r, "g")
+    final = events[-1]
+    assert isinstance(final, FinishEvent) and final.token_ids == expected
+    assert _positions(events) == list(range(len(expected)))
+
+
+async def test_a_job_taken_over_by_another_worker_gets_no_more_writes(
+    r: aioredis.Redis, model_dir: Path, engine: Engine, prompts: PromptEncoder
+) -> None:
+    w = _worker(r, model_dir, engine, prompts, block_ms=100)
+    params = SamplingParams(max_tokens=w.max_model_len - 8, ignore_eos=True)
+    await _enqueue(r, JobRequest(job_id="f", prompt="x", params=params))
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(w.run)
+            while len(await _events(r, "f")) < 3:
+                await anyio.sleep(0.02)
+            # Another worker starts the job (it took the entry over): the lease moves on.
+            lease, _ = await Leases(r, "w2", 3600).start("f")
+            written = await r.xlen(keys.job_events("f"))
+            while w.jobs_lost == 0:
+                await anyio.sleep(0.02)
+            tg.cancel_scope.cancel()
+    assert lease == 2 and await r.xlen(keys.job_events("f")) == written
+    assert "f" not in w.running and not engine.has_unfinished()
+    assert await r.hget(keys.job_key("f"), jobs.WORKER) == b"w2"
+
+
+async def test_drain_hands_running_jobs_back_and_another_worker_finishes_them(
+    r: aioredis.Redis, model_dir: Path, engine: Engine, prompts: PromptEncoder
+) -> None:
+    expected = reference_greedy(model_dir, prompts.tokenizer("Once upon")["input_ids"], 200)
+    params = SamplingParams(max_tokens=200)
+    await _enqueue(r, JobRequest(job_id="d", prompt="Once upon", params=params))
+    first = _worker(r, model_dir, engine, prompts, block_ms=100, drain_timeout_s=0.0)
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(first.run)
+            while len(await _events(r, "d")) < 3:
+                await anyio.sleep(0.01)
+            first.request_stop()
+    assert await r.hget(keys.job_key("d"), jobs.STATUS) == b"queued"
+    assert await r.hget(keys.job_key("d"), jobs.ATTEMPTS) == b"0"
+    ((pending,),) = [await r.xpending_range(keys.JOBS_STREAM, keys.JOBS_GROUP, "-", "+", 10)]
+    assert pending["consumer"] == b"handed-back"
+    second = _worker(r, model_dir, engine, prompts, worker_id="w2", block_ms=100, claim_idle_s=30.0)
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(second.run)
+            while await r.hget(keys.job_key("d"), jobs.STATUS) != b"finished":
+                await anyio.sleep(0.02)
+            tg.cancel_scope.cancel()
+    events = await _events(r, "d")
+    final = events[-1]
+    assert isinstance(final, FinishEvent) and final.token_ids == expected
+    assert _positions(events) == list(range(len(expected))) and await _pending(r) == 0
+    assert await r.xlen(keys.JOBS_STREAM) == 0  # the answered entry left the stream
+
+
+async def test_job_writes_survive_redis_errors(
+    r: aioredis.Redis, model_dir: Path, engine: Engine, prompts: PromptEncoder
+) -> None:
+    w = _worker(r, model_dir, engine, prompts)
+    real_write, failures = w.leases.write, [3]
+
+    async def flaky(batch: list[JobWrite]) -> list[bool]:
+        if failures[0] > 0:
+            failures[0] -= 1
+            raise RedisConnectionError("Redis went away")
+        return await real_write(batch)
+
+    w.leases.write = flaky  # type: ignore[method-assign]
+    await _enqueue(r, JobRequest(job_id="o", prompt="Once upon", params=SamplingParams(max_tokens=6)))
+    await _drain(w)
+    expected = reference_greedy(model_dir, prompts.tokenizer("Once upon")["input_ids"], 6)
+    final = (await _events(r, "o"))[-1]
+    assert isinstance(final, FinishEvent) and final.token_ids == expected
+    assert failures == [0] and w.outbox.retries >= 1  # the outbox rode out at least one
+
+
+async def test_orphans_of_a_dead_worker_are_taken_before_new_jobs(
+    r: aioredis.Redis, model_dir: Path, engine: Engine, prompts: PromptEncoder
+) -> None:
+    w = _worker(r, model_dir, engine, prompts, max_jobs=1, claim_idle_s=0.001, renew_s=0.0001)
+    await w._start()
+    await _enqueue(r, JobRequest(job_id="orphan", prompt="x"))
+    await r.xreadgroup(keys.JOBS_GROUP, "dead", {keys.JOBS_STREAM: ">"}, count=1)
+    await _enqueue(r, JobRequest(job_id="new", prompt="x"))
+    await anyio.sleep(0.01)  # the orphan's idle time passes the (tiny) claim limit
+    await w._intake_iteration()
+    assert [run.job_id for run in w.running] == ["orphan"]
+
+
+async def test_prompt_and_max_tokens_past_the_context_fail_with_a_typed_error(
+    r: aioredis.Redis, model_dir: Path, engine: Engine, prompts: PromptEncoder
+) -> None:
+    w = _worker(r, model_dir, engine, prompts)
+    assert w.max_model_len > 0
+    too_many = SamplingParams(max_tokens=w.max_model_len)
+    await _enqueue(r, JobRequest(job_id="long", prompt="Once upon", params=too_many))
+    await _drain(w)
+    (err,) = await _events(r, "long")
+    assert isinstance(err, ErrorEvent) and err.code == "context_length_exceeded"
+    assert f"maximum context length is {w.max_model_len} tokens" in err.message
 
 
 async def test_stop_string_ends_the_job(

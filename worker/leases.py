@@ -1,0 +1,159 @@
+"""Fenced writes: a worker changes a job's record only while it holds the job's lease.
+
+Each start of a job increments the ``lease`` field of its hash (``shared.jobs.LEASE``); the
+worker that started it keeps that number as its fence. Every later write of that worker —
+token events, the result, the acknowledgement, a claim renewal, a hand-back — runs as one
+Lua script that first checks the hash still holds its number. A worker that was paused past
+``--claim-idle`` while another took the job over therefore writes nothing more for it: its
+script answers "lost" and the worker drops the job. The scripts run the same on a real Redis
+and on the embedded store (fakeredis with Lua).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import redis.asyncio as aioredis
+
+from shared import codec, jobs, keys
+from shared.schemas import ErrorEvent, FinishEvent, JobEvent
+
+# KEYS: job hash, cancel flag. ARGV: result TTL (s), worker id. Returns {lease, attempts}
+# with the new lease, or {0, 0} when the job already ended (a result is written), or {-1, 0}
+# when it was cancelled before it started. The hash's status strings are shared.jobs.JobStatus values.
+_START = """
+local status = redis.call('HGET', KEYS[1], 'status')
+if status == 'finished' or status == 'cancelled' or status == 'failed' then return {0, 0} end
+if redis.call('EXISTS', KEYS[2]) == 1 then return {-1, 0} end
+local lease = redis.call('HINCRBY', KEYS[1], 'lease', 1)
+local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return {lease, attempts}
+"""
+
+# KEYS: job hash, events stream, jobs stream. ARGV: lease, TTL, worker id, group, entry id,
+# status ('' = not final), result ('' = none), n events, events... Returns 1, or 0 (lost).
+_WRITE = """
+if redis.call('HGET', KEYS[1], 'lease') ~= ARGV[1] then return 0 end
+local n = tonumber(ARGV[8])
+for i = 1, n do redis.call('XADD', KEYS[2], '*', 'm', ARGV[8 + i]) end
+if n > 0 then redis.call('EXPIRE', KEYS[2], ARGV[2]) end
+if ARGV[6] ~= '' then
+  redis.call('HSET', KEYS[1], 'status', ARGV[6], 'worker', ARGV[3])
+  if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'result', ARGV[7]) end
+  redis.call('EXPIRE', KEYS[1], ARGV[2])
+end
+if ARGV[5] ~= '' then
+  redis.call('XACK', KEYS[3], ARGV[4], ARGV[5])
+  redis.call('XDEL', KEYS[3], ARGV[5])
+end
+return 1
+"""
+
+# KEYS: job hashes... ARGV: jobs stream, group, consumer, n, then n (lease, entry id) pairs.
+# Renews the entries still held; returns the 1-based indexes of the jobs lost.
+_RENEW = """
+local lost = {}
+local n = tonumber(ARGV[4])
+for i = 1, n do
+  local lease, entry = ARGV[3 + 2 * i], ARGV[4 + 2 * i]
+  if redis.call('HGET', KEYS[i], 'lease') == lease then
+    redis.call('XCLAIM', ARGV[1], ARGV[2], ARGV[3], 0, entry, 'JUSTID')
+  else
+    table.insert(lost, i)
+  end
+end
+return lost
+"""
+
+# KEYS: job hash, jobs stream. ARGV: lease, group, entry id, idle ms, TTL.
+# Gives a running job back: status queued again, the start not counted against
+# max_deliveries, and the entry made idle so that any worker's XAUTOCLAIM takes it at once.
+_HAND_BACK = """
+if redis.call('HGET', KEYS[1], 'lease') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'status', 'queued')
+redis.call('HINCRBY', KEYS[1], 'attempts', -1)
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+redis.call('XCLAIM', KEYS[2], ARGV[2], 'handed-back', 0, ARGV[3], 'IDLE', ARGV[4], 'JUSTID')
+return 1
+"""
+
+
+@dataclass
+class JobWrite:
+    """What one step (or several) has to write for one job, under the job's lease."""
+
+    job_id: str
+    lease: int
+    entry_id: bytes
+    events: list[JobEvent] = field(default_factory=list)
+    final: FinishEvent | ErrorEvent | None = None
+
+
+class Leases:
+    """The worker's fenced operations on job records (one instance per worker)."""
+
+    def __init__(self, r: aioredis.Redis, worker_id: str, ttl_s: float) -> None:
+        self.r = r
+        self.worker_id = worker_id
+        self.ttl_s = max(1, int(ttl_s))
+        self._start = r.register_script(_START)
+        self._write = r.register_script(_WRITE)
+        self._renew = r.register_script(_RENEW)
+        self._hand_back = r.register_script(_HAND_BACK)
+
+    async def start(self, job_id: str) -> tuple[int, int]:
+        """Take the job's lease: (lease > 0, attempts counted so far), or (0, 0) when the
+        job already ended, or (-1, 0) when it was cancelled before it started."""
+        lease, attempts = await self._start(
+            keys=[keys.job_key(job_id), keys.job_cancel(job_id)], args=[self.ttl_s, self.worker_id]
+        )
+        return int(lease), int(attempts)
+
+    async def write(self, batch: list[JobWrite]) -> list[bool]:
+        """Write every job's events (and final result + ack) in one round trip; per job,
+        whether it was still this worker's (False: lost, nothing written)."""
+        if not batch:
+            return []
+        pipe = self.r.pipeline(transaction=False)
+        for w in batch:
+            await self._write(keys=self._write_keys(w.job_id), args=self._write_args(w), client=pipe)
+        return [bool(x) for x in await pipe.execute()]
+
+    async def renew(self, held: list[tuple[str, int, bytes]]) -> list[str]:
+        """Renew the claims on (job id, lease, entry id); the job ids no longer held."""
+        if not held:
+            return []
+        args: list[bytes | str | int] = [keys.JOBS_STREAM, keys.JOBS_GROUP, self.worker_id, len(held)]
+        for _, lease, entry_id in held:
+            args += [lease, entry_id]
+        lost = await self._renew(keys=[keys.job_key(j) for j, _, _ in held], args=args)
+        return [held[int(i) - 1][0] for i in lost or []]
+
+    async def hand_back(self, job_id: str, lease: int, entry_id: bytes, idle_ms: int) -> bool:
+        got = await self._hand_back(
+            keys=[keys.job_key(job_id), keys.JOBS_STREAM],
+            args=[lease, keys.JOBS_GROUP, entry_id, idle_ms, self.ttl_s],
+        )
+        return bool(got)
+
+    def _write_keys(self, job_id: str) -> list[str]:
+        return [keys.job_key(job_id), keys.job_events(job_id), keys.JOBS_STREAM]
+
+    def _write_args(self, w: JobWrite) -> list[bytes | str | int]:
+        events = list(w.events) + ([w.final] if w.final is not None else [])
+        status = jobs.terminal_status(w.final).value if w.final is not None else ""
+        result = codec.encode(w.final) if w.final is not None else b""
+        ack = w.entry_id if w.final is not None else b""
+        return [
+            w.lease,
+            self.ttl_s,
+            self.worker_id,
+            keys.JOBS_GROUP,
+            ack,
+            status,
+            result,
+            len(events),
+            *(codec.encode(ev) for ev in events),
+        ]
