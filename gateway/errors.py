@@ -109,7 +109,9 @@ def from_validation(exc: ValidationError | RequestValidationError) -> APIError:
     return APIError.of(ErrorCode.BAD_REQUEST, f"{param}: {msg}" if param else msg, param=param)
 
 
-async def send_json(send: Send, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+async def send_json(
+    send: Send, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> None:
     """A whole JSON response at the ASGI level (for middleware)."""
     raw = json.dumps(body).encode()
     hdrs = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
@@ -118,8 +120,8 @@ async def send_json(send: Send, status: int, body: dict[str, Any], headers: dict
     await send({"type": "http.response.body", "body": raw})
 
 
-async def send_error(send: Send, err: APIError) -> None:
-    await send_json(send, err.status, err.body(), err.headers())
+async def send_error(send: Send, err: APIError, headers: dict[str, str] | None = None) -> None:
+    await send_json(send, err.status, err.body(), {**err.headers(), **(headers or {})})
 
 
 class CatchAll:
@@ -173,4 +175,6 @@ def install(app: FastAPI) -> None:
         if exc.status_code >= 500:
             code = ErrorCode.INTERNAL.value
         err = APIError(exc.status_code, str(exc.detail), code=code)
-        return JSONResponse(err.body(), status_code=exc.status_code, headers={**err.headers(), **(exc.headers or {})})
+        return JSONResponse(
+            err.body(), status_code=exc.status_code, headers={**err.headers(), **(exc.headers or {})}
+        )

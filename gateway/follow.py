@@ -121,7 +121,7 @@ async def stream(request: Request, store: JobStore, job_id: str, out: ResponseBu
     until = anyio.current_time() + timeout_s
     events = store.events(job_id, block_s=store.settings.keepalive_s, until=until)
 
-    async def first() -> StoredEvent | None | str:
+    async def first() -> StoredEvent | str | None:
         async for ev in events:
             if ev is not None:
                 return ev
@@ -204,4 +204,3 @@ async def _chunks(
     finally:
         if not ended:
             await _cancel_quietly(store, job_id)
-

@@ -38,9 +38,7 @@ def job_not_found(job_id: str) -> APIError:
 def client_job_id(value: str) -> str:
     """A client-chosen job id, validated (400 otherwise)."""
     if not valid_job_id(value):
-        raise APIError.of(
-            ErrorCode.BAD_REQUEST, "id must be 1-64 characters of A-Z a-z 0-9 _ -", param="id"
-        )
+        raise APIError.of(ErrorCode.BAD_REQUEST, "id must be 1-64 characters of A-Z a-z 0-9 _ -", param="id")
     return value
 
 

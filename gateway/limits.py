@@ -27,6 +27,9 @@ from shared.errors import ErrorCode
 log = logging.getLogger("nightjar.gateway")
 
 
+CLOSE = {"Connection": "close"}  # the rest of an unread body must not be taken for a next request
+
+
 class ClientTooSlow(Exception):
     """A response could not be sent within the send deadline."""
 
@@ -59,7 +62,7 @@ class Limits:
             await send_error(send, APIError.of(ErrorCode.BAD_REQUEST, "invalid Content-Length"))
             return
         if declared is not None and declared > limit:
-            await send_error(send, _too_large(limit))
+            await send_error(send, _too_large(limit), CLOSE)
             return
         chunks: list[bytes] = []
         size = 0
@@ -71,7 +74,7 @@ class Limits:
                 chunk = message.get("body", b"")
                 size += len(chunk)
                 if size > limit:
-                    await send_error(send, _too_large(limit))
+                    await send_error(send, _too_large(limit), CLOSE)
                     return
                 chunks.append(chunk)
                 if not message.get("more_body", False):
@@ -84,6 +87,7 @@ class Limits:
                     f"request body not received within {self.s.body_timeout_s:g}s",
                     code=ErrorCode.TIMEOUT.value,
                 ),
+                CLOSE,
             )
             return
         body = b"".join(chunks)
@@ -135,4 +139,3 @@ def _is_slow(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return all(_is_slow(e) for e in exc.exceptions)
     return False
-

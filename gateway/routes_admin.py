@@ -74,7 +74,7 @@ class PolicyBody(BaseModel):
     def _params(cls, v: Any) -> dict[str, Any]:
         if not isinstance(v, dict):
             raise ValueError("params must be an object")
-        return check_params(v)  # type: ignore[no-any-return]
+        return check_params(v)
 
 
 def _authorize(request: Request, authorization: str | None) -> None:

@@ -97,7 +97,9 @@ async def job_events(
     after = last_event_id or "0-0"
     if not valid_event_id(after):
         raise APIError.of(
-            ErrorCode.BAD_REQUEST, "Last-Event-ID must be an event id like 1700000000000-0", param="Last-Event-ID"
+            ErrorCode.BAD_REQUEST,
+            "Last-Event-ID must be an event id like 1700000000000-0",
+            param="Last-Event-ID",
         )
     keepalive_s: float = request.app.state.settings.keepalive_s
 

@@ -47,8 +47,14 @@ async def completions(
     ids = inputs.get("prompt_token_ids")
     explicit = body.max_tokens is not None
     return await _serve(
-        request, "completions", body, inputs, body.max_tokens or COMPLETIONS_DEFAULT_MAX_TOKENS,
-        explicit, len(ids) if ids is not None else None, idempotency_key,
+        request,
+        "completions",
+        body,
+        inputs,
+        body.max_tokens or COMPLETIONS_DEFAULT_MAX_TOKENS,
+        explicit,
+        len(ids) if ids is not None else None,
+        idempotency_key,
     )
 
 
@@ -61,9 +67,7 @@ async def chat_completions(
     given = body.max_completion_tokens or body.max_tokens
     max_tokens = given or _settings(request).default_max_tokens
     inputs = {"messages": body.chat_messages()}
-    return await _serve(
-        request, "chat", body, inputs, max_tokens, given is not None, None, idempotency_key
-    )
+    return await _serve(request, "chat", body, inputs, max_tokens, given is not None, None, idempotency_key)
 
 
 @router.get("/v1/models")

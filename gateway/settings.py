@@ -22,7 +22,9 @@ class GatewaySettings:
     # Admission and deadlines.
     require_worker: bool = True  # submits answer 503 while no live, non-draining worker exists
     request_timeout_s: float = 600.0  # an OpenAI request still unfinished after this is cancelled: 504
-    result_ttl_s: float = 24 * 3600.0  # the job record written at submit (status, owner, result) lives this long
+    result_ttl_s: float = (
+        24 * 3600.0
+    )  # the job record written at submit (status, owner, result) lives this long
     # HTTP hygiene.
     max_body_bytes: int = 4 * MiB  # larger request bodies: 413
     body_timeout_s: float = 30.0  # a request body not received within this: 408
@@ -30,3 +32,4 @@ class GatewaySettings:
     max_concurrency: int = 8192  # requests in flight; past it: 503 with Retry-After
     header_timeout_s: float = 10.0  # uvicorn: a connection must send complete request headers within this
     timeout_keep_alive_s: float = 5.0  # uvicorn: idle keep-alive connections close after this
+    shutdown_timeout_s: float = 30.0  # uvicorn: on SIGTERM, open responses get this long to end

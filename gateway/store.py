@@ -100,7 +100,7 @@ class JobStore:
         if not valid_job_id(job_id):
             raise job_not_found(job_id)
         raw = await self.r.hgetall(keys.job_key(job_id))
-        fields = {_text(k): v for k, v in raw.items()}
+        fields = {str(_text(k)): v for k, v in raw.items()}
         if not fields or _text(fields.get(OWNER, b"")) != owner:
             raise job_not_found(job_id)
         return fields
@@ -177,8 +177,8 @@ class JobStore:
             status = jobs.status_of(fields.get(jobs.STATUS))
         except ValueError:
             status = None
-        if status in jobs.TERMINAL:
-            return status.value  # type: ignore[union-attr]
+        if status is not None and status in jobs.TERMINAL:
+            return status.value
         await self.request_cancel(job_id)
         return "cancelling"
 

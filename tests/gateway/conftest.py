@@ -21,13 +21,20 @@ Script = Callable[[JobRequest], list[JobEvent]]
 
 
 async def register_worker(
-    r: aioredis.Redis, worker_id: str = "fake", *, max_model_len: int = 0, draining: bool = False,
+    r: aioredis.Redis,
+    worker_id: str = "fake",
+    *,
+    max_model_len: int = 0,
+    draining: bool = False,
     age_s: float = -3600.0,
 ) -> None:
     """A worker registration as a heartbeat writes it; by default stamped an hour ahead so
     it stays live for the whole test without heartbeats."""
     info = WorkerInfo(
-        worker_id=worker_id, model="fake-model", ts=time.time() - age_s, max_model_len=max_model_len,
+        worker_id=worker_id,
+        model="fake-model",
+        ts=time.time() - age_s,
+        max_model_len=max_model_len,
         draining=draining,
     )
     await r.hset(keys.WORKERS, worker_id, codec.encode(info))

@@ -116,3 +116,41 @@ def test_a_missing_drafter_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest
     target = _model(tmp_path / "t")
     assert main(["worker", "--model", str(target), "--drafter", str(tmp_path / "nope")]) == 2
     assert "no drafter model at" in _error_line(capsys)
+
+
+def test_gateway_security_and_limit_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nightjar.commands import _gateway_app
+
+    monkeypatch.setenv("NIGHTJAR_API_KEYS", "k1, k2,")
+    monkeypatch.setenv("NIGHTJAR_RESULT_TTL_S", "3600")
+    args = build_parser().parse_args(["gateway", "--redis-url", "memory://", "--rate-limit", "5"])
+    s = _gateway_app(args).state.settings
+    assert s.api_keys == ("k1", "k2") and s.rate_limit_rps == 5 and s.result_ttl_s == 3600
+    assert s.max_body_bytes == 4 * 1024 * 1024 and s.request_timeout_s == 600
+    args = build_parser().parse_args(
+        ["gateway", "--redis-url", "memory://", "--api-key", "a", "--api-key", "b", "--rate-burst", "9",
+         "--request-timeout", "30", "--max-body-bytes", "1000", "--max-concurrency", "10"]
+    )
+    s = _gateway_app(args).state.settings
+    assert s.api_keys == ("a", "b") and s.rate_limit_burst == 9 and s.request_timeout_s == 30
+    assert (s.max_body_bytes, s.max_concurrency) == (1000, 10)
+    monkeypatch.delenv("NIGHTJAR_API_KEYS")
+    assert _gateway_app(build_parser().parse_args(["gateway"])).state.settings.api_keys == ()
+    args = build_parser().parse_args(["up"])
+    assert args.result_ttl == 3600  # one --result-ttl for the gateway and the worker of `up`
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["gateway", "--max-queue", "0"],
+        ["gateway", "--request-timeout", "0"],
+        ["gateway", "--rate-limit", "-1"],
+        ["gateway", "--max-body-bytes", "0"],
+    ],
+)
+def test_bad_gateway_limits_are_one_line_and_exit_2(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    _error_line(capsys)

@@ -1,0 +1,136 @@
+"""Deadlines, streams that always end, and failures in the middle of a stream."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from shared import codec, jobs, keys
+from shared.schemas import JobRequest, StartEvent, TokenEvent
+from shared.streams import ensure_group, entries
+from tests.gateway.conftest import gateway, hello
+
+pytestmark = pytest.mark.anyio
+
+
+@asynccontextmanager
+async def stalling_worker(r: aioredis.Redis) -> AsyncIterator[list[str]]:
+    """Starts every job and sends one token, then never finishes it."""
+    seen: list[str] = []
+    await ensure_group(r, keys.JOBS_STREAM, keys.JOBS_GROUP)
+
+    async def serve() -> None:
+        while True:
+            resp = await r.xreadgroup(keys.JOBS_GROUP, "stall", {keys.JOBS_STREAM: ">"}, count=10, block=50)
+            for _, fields in entries(resp):
+                job = codec.decode_as(fields[codec.FIELD], JobRequest)
+                seen.append(job.job_id)
+                async with r.pipeline(transaction=False) as pipe:
+                    jobs.add_events(
+                        pipe,
+                        job.job_id,
+                        [
+                            StartEvent(job_id=job.job_id, worker_id="stall"),
+                            TokenEvent(job_id=job.job_id, index=0, token_ids=[1], text="Hi"),
+                        ],
+                    )
+                    await pipe.execute()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(serve)
+        yield seen
+        tg.cancel_scope.cancel()
+
+
+def _data(text: str) -> list[str]:
+    return [line[6:] for line in text.split("\n") if line.startswith("data: ")]
+
+
+async def test_a_request_past_its_deadline_is_a_504_and_its_job_is_cancelled(r: aioredis.Redis) -> None:
+    async with gateway(r, request_timeout_s=0.3, keepalive_s=0.1) as gw:  # no worker runs the job
+        with anyio.fail_after(10):
+            resp = await gw.post("/v1/completions", json={"prompt": "x"})
+            early = await gw.post("/v1/completions", json={"prompt": "x", "stream": True})
+    for got in (resp, early):  # a stream that has not started yet is a 504 too
+        assert got.status_code == 504 and got.json()["error"]["code"] == "timeout"
+    ids = [codec.decode_as(f[codec.FIELD], JobRequest).job_id for _, f in await r.xrange(keys.JOBS_STREAM)]
+    assert len(ids) == 2
+    for job_id in ids:
+        assert await r.get(keys.job_cancel(job_id)) == b"1"
+
+
+async def test_a_stream_past_its_deadline_ends_with_an_error_chunk_and_done(r: aioredis.Redis) -> None:
+    async with gateway(r, request_timeout_s=0.5, keepalive_s=0.1) as gw, stalling_worker(r) as seen:
+        with anyio.fail_after(10):
+            resp = await gw.post(
+                "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "stream": True}
+            )
+    data = _data(resp.text)
+    assert resp.status_code == 200 and data[-1] == "[DONE]"
+    assert json.loads(data[0])["choices"][0]["delta"]["content"] == "Hi"
+    assert json.loads(data[-2])["error"]["code"] == "timeout"
+    assert await r.get(keys.job_cancel(seen[0])) == b"1"
+
+
+async def test_a_redis_failure_mid_stream_ends_with_an_error_chunk_and_done(
+    r: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with gateway(r, keepalive_s=0.1) as gw, stalling_worker(r):
+        real_xread = r.xread
+        delivered = False
+
+        async def flaky_xread(*args, **kwargs):  # type: ignore[no-untyped-def]
+            nonlocal delivered
+            if delivered:  # Redis goes away once the stream has started
+                raise RedisConnectionError("Connection reset by peer")
+            got = await real_xread(*args, **kwargs)
+            delivered = bool(entries(got))
+            return got
+
+        monkeypatch.setattr(r, "xread", flaky_xread)
+        with anyio.fail_after(10):
+            resp = await gw.post("/v1/completions", json={"prompt": "x", "stream": True})
+    data = _data(resp.text)
+    assert data[-1] == "[DONE]" and json.loads(data[-2])["error"]["code"] == "unavailable"
+
+
+async def _finish(r: aioredis.Redis, job_id: str) -> list[str]:
+    *events, final = hello(JobRequest(job_id=job_id, prompt="x"))
+    async with r.pipeline(transaction=False) as pipe:
+        jobs.add_events(pipe, job_id, events)
+        jobs.add_result(pipe, final)  # type: ignore[arg-type]
+        await pipe.execute()
+    return [eid.decode() for eid, _ in await r.xrange(keys.job_events(job_id))]
+
+
+async def test_streams_of_finished_jobs_always_end(r: aioredis.Redis) -> None:
+    async with gateway(r, keepalive_s=30) as gw:  # a keep-alive would take 30 s: ends must not wait for it
+        job_id = (await gw.post("/v1/jobs", json={"prompt": "x"})).json()["id"]
+        ids = await _finish(r, job_id)
+        with anyio.fail_after(5):
+            at_end = await gw.get(f"/v1/jobs/{job_id}/events", headers={"Last-Event-ID": ids[-1]})
+            past = await gw.get(f"/v1/jobs/{job_id}/events", headers={"Last-Event-ID": "99999999999999-0"})
+            full = await gw.get(f"/v1/jobs/{job_id}/events")
+        assert at_end.status_code == past.status_code == 200 and at_end.text == past.text == ""
+        assert full.text.count("event: ") == 4
+        # A job cancelled before any worker took it has no events at all: its stream ends too.
+        other = (await gw.post("/v1/jobs", json={"prompt": "x"})).json()["id"]
+        await r.hset(keys.job_key(other), jobs.STATUS, jobs.JobStatus.CANCELLED.value)
+        with anyio.fail_after(5):
+            assert (await gw.get(f"/v1/jobs/{other}/events")).text == ""
+
+
+async def test_a_stream_that_was_waiting_ends_when_the_job_ends(r: aioredis.Redis) -> None:
+    async with gateway(r, keepalive_s=0.1) as gw:
+        job_id = (await gw.post("/v1/jobs", json={"prompt": "x"})).json()["id"]
+        ids = await _finish(r, job_id)
+        await r.delete(keys.job_events(job_id))  # the events expired; the record remains
+        with anyio.fail_after(5):
+            resp = await gw.get(f"/v1/jobs/{job_id}/events", headers={"Last-Event-ID": ids[0]})
+    assert resp.status_code == 200 and "event:" not in resp.text
