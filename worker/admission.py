@@ -86,7 +86,10 @@ class Admission:
             await self._fail(job.job_id, lease, entry_id, ErrorCode.CONTEXT_LENGTH_EXCEEDED, msg)
             return None
         resume = await self._resume(job.job_id) if lease > 1 else Resume()  # started before
-        run = JobRun(job, entry_id, prompt_ids, self.prompts.tokenizer, self.worker_id, resume, lease)
+        # A job that was running when workers died max_deliveries - 1 times runs its last
+        # delivery alone: if it is what kills workers, it alone is dead-lettered.
+        alone = 1 < attempt == self.max_deliveries
+        run = JobRun(job, entry_id, prompt_ids, self.prompts.tokenizer, self.worker_id, resume, lease, alone)
         start = StartEvent(
             job_id=job.job_id, worker_id=self.worker_id, attempt=attempt, prompt_tokens=len(prompt_ids)
         )

@@ -56,6 +56,7 @@ class JobRun:
         worker_id: str,
         resume: Resume = Resume(),
         lease: int = 0,
+        alone: bool = False,
     ) -> None:
         self.job = job
         self.entry_id = entry_id
@@ -63,6 +64,7 @@ class JobRun:
         self.worker_id = worker_id
         self.resume = resume
         self.lease = lease
+        self.alone = alone  # on its last delivery: runs with no batch mates (see worker/service.py)
         self.done = False
         self.output: list[int] = []
         self.first_token_at: float | None = None

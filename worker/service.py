@@ -137,7 +137,8 @@ class WorkerService:
             await keep_running("intake", self._intake_iteration)
 
     async def _wait_for_slot(self) -> int:
-        while self.running.free_slots() <= 0:
+        """A free slot, and no job running alone (no batch mates while one does)."""
+        while self.running.free_slots() <= 0 or any(run.alone for run in self.running):
             await self.running.ended.wait()
         return self.running.free_slots()
 
@@ -180,6 +181,12 @@ class WorkerService:
             write = JobWrite(run.job_id, run.lease, run.entry_id, list(tail), final)
             await self.outbox.put(StepOutput([write]))
             return
+        # Held (and renewed) from now on, but stepped only when no batch mate breaks the
+        # rule: a job on its last delivery runs alone.
+        if run.alone:
+            log.warning("job %s is on its last delivery: running it alone", run.job_id)
+        while (run.alone and len(self.running) > 1) or any(o.alone for o in self.running if o is not run):
+            await self.running.ended.wait()
         self.engine.add_request(run.engine_request())
         if await keep_trying("cancel check", lambda: self.admission.cancelled(run.job_id)):
             self.engine.abort_request(run.job_id)

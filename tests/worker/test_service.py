@@ -123,6 +123,27 @@ async def test_job_past_its_delivery_limit_is_dead_lettered_and_the_client_told(
     assert b"3 times" in dead[b"reason"] and await _pending(r) == 0
 
 
+async def test_a_job_on_its_last_delivery_runs_with_no_batch_mates(
+    r: aioredis.Redis, model_dir: Path, engine: Engine, prompts: PromptEncoder
+) -> None:
+    await _enqueue(
+        r, JobRequest(job_id="a", prompt="x", params=SamplingParams(max_tokens=30, ignore_eos=True))
+    )
+    await _enqueue(r, JobRequest(job_id="last", prompt="y", params=SamplingParams(max_tokens=5)))
+    await r.hset(keys.job_key("last"), jobs.ATTEMPTS, 2)  # two workers died running it
+    await _enqueue(r, JobRequest(job_id="b", prompt="z", params=SamplingParams(max_tokens=5)))
+    await _drain(_worker(r, model_dir, engine, prompts, max_deliveries=3))
+
+    async def span(job_id: str) -> tuple[bytes, bytes]:
+        entries = await r.xrange(keys.job_events(job_id))
+        tokens = [eid for eid, f in entries if isinstance(codec.from_entry(f), TokenEvent)]
+        return tokens[0], entries[-1][0]
+
+    (_, a_end), (last_first, last_end), (b_first, _) = [await span(j) for j in ("a", "last", "b")]
+    assert a_end < last_first and last_end < b_first  # nothing else ran while it did
+    assert all([await r.hget(keys.job_key(j), jobs.STATUS) == b"finished" for j in ("a", "last", "b")])
+
+
 async def test_bad_prompt_fails_the_job_only(
     r: aioredis.Redis, model_dir: Path, engine: Engine, prompts: PromptEncoder
 ) -> None:
