@@ -1,0 +1,161 @@
+"""Submitting jobs and auditing what the workers wrote for them.
+
+The audit reads a job's event stream straight from Redis (what every client would be sent)
+and counts, per output position, how many token events wrote it: a correct run writes each
+position exactly once, in order, and exactly one final (finish or error) event.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis.asyncio as aioredis
+
+from shared import codec, jobs, keys
+from shared.schemas import ErrorEvent, FinishEvent, StartEvent, TokenEvent
+from tests.e2e.conftest import poll
+from tests.tiny_models import reference_greedy
+
+
+@dataclass
+class Audit:
+    job_id: str
+    tokens: dict[int, int] = field(default_factory=dict)  # position -> token id (first write)
+    duplicated: int = 0  # writes of a position already written
+    conflicting: int = 0  # of those, writes of a different token
+    finals: int = 0
+    final: FinishEvent | ErrorEvent | None = None
+    final_ms: int | None = None  # the first final event's stream time (ms since the epoch)
+    starts: list[tuple[str, int]] = field(default_factory=list)  # (worker, attempt)
+
+    @property
+    def gaps(self) -> int:
+        return (max(self.tokens) + 1 - len(self.tokens)) if self.tokens else 0
+
+    @property
+    def token_ids(self) -> list[int]:
+        return [self.tokens[i] for i in sorted(self.tokens)]
+
+    @property
+    def workers(self) -> list[str]:
+        return [w for w, _ in self.starts]
+
+
+async def audit(r: aioredis.Redis, job_id: str) -> Audit:
+    a = Audit(job_id)
+    seen: Counter[int] = Counter()
+    for entry_id, fields in await r.xrange(keys.job_events(job_id)):
+        ev = codec.from_entry(fields)
+        if isinstance(ev, StartEvent):
+            a.starts.append((ev.worker_id, ev.attempt))
+        elif isinstance(ev, TokenEvent):
+            for pos, tok in enumerate(ev.token_ids, start=ev.index):
+                seen[pos] += 1
+                if seen[pos] > 1:
+                    a.duplicated += 1
+                    a.conflicting += a.tokens[pos] != tok
+                else:
+                    a.tokens[pos] = tok
+        elif isinstance(ev, FinishEvent | ErrorEvent):
+            a.finals += 1
+            if a.final is None:
+                a.final = ev
+                a.final_ms = int(entry_id.split(b"-")[0])
+    return a
+
+
+async def submit(gw: httpx.AsyncClient, prompt: str, **params: Any) -> str:
+    resp = await gw.post("/v1/jobs", json={"prompt": prompt, "params": params})
+    assert resp.status_code == 202, resp.text
+    job_id = resp.json()["id"]
+    assert isinstance(job_id, str)
+    return job_id
+
+
+async def ended(r: aioredis.Redis, job_ids: list[str]) -> set[str]:
+    """The jobs whose record has a terminal status."""
+    async with r.pipeline(transaction=False) as pipe:
+        for j in job_ids:
+            pipe.hget(keys.job_key(j), jobs.STATUS)
+        statuses = await pipe.execute()
+    done = set()
+    for j, raw in zip(job_ids, statuses, strict=True):
+        try:
+            st = jobs.status_of(raw)
+        except ValueError:
+            continue
+        if st is not None and st in jobs.TERMINAL:
+            done.add(j)
+    return done
+
+
+async def wait_all_ended(r: aioredis.Redis, job_ids: list[str], timeout_s: float, what: str) -> None:
+    async def all_done() -> bool:
+        return len(await ended(r, job_ids)) == len(job_ids)
+
+    try:
+        await poll(all_done, timeout_s, what, every_s=0.1)
+    except AssertionError:
+        missing = sorted(set(job_ids) - await ended(r, job_ids))
+        raise AssertionError(f"timed out after {timeout_s}s: {len(missing)} job(s) never ended: {missing}") from None
+
+
+@dataclass
+class Tally:
+    """The numbers one scenario reports."""
+
+    jobs: int = 0
+    lost: int = 0  # no final event
+    duplicated: int = 0  # token positions written more than once, all jobs
+    double_finals: int = 0  # final events beyond the first, all jobs
+    gaps: int = 0
+    wrong: int = 0  # greedy outputs that differ from the reference
+    failed: int = 0  # final event is an error
+
+    def clean(self) -> bool:
+        return not (self.lost or self.duplicated or self.double_finals or self.gaps or self.wrong)
+
+
+def tally(audits: list[Audit], expected: dict[str, list[int]] | None = None) -> Tally:
+    t = Tally(jobs=len(audits))
+    for a in audits:
+        t.lost += a.final is None
+        t.duplicated += a.duplicated
+        t.double_finals += max(0, a.finals - 1)
+        t.gaps += a.gaps
+        t.failed += isinstance(a.final, ErrorEvent)
+        if expected is not None and a.job_id in expected:
+            got = a.final.token_ids if isinstance(a.final, FinishEvent) else None
+            t.wrong += got != expected[a.job_id] or a.token_ids != expected[a.job_id]
+    return t
+
+
+@lru_cache(maxsize=4)
+def _tokenizer(model_dir: Path):  # type: ignore[no-untyped-def]
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
+@lru_cache(maxsize=512)
+def expected_greedy(model_dir: Path, prompt: str, n: int) -> list[int]:
+    """transformers' greedy output for ``prompt`` (``ignore_eos``): the exactness oracle."""
+    ids = _tokenizer(model_dir)(prompt)["input_ids"]
+    return reference_greedy(model_dir, ids, n, ignore_eos=True)
+
+
+async def unacked(r: aioredis.Redis) -> int:
+    """Job entries delivered to a worker and not acknowledged yet."""
+    return int((await r.xpending(keys.JOBS_STREAM, keys.JOBS_GROUP))["pending"])
+
+
+async def wait_acked(r: aioredis.Redis, timeout_s: float = 15) -> None:
+    async def none_pending() -> bool:
+        return await unacked(r) == 0
+
+    await poll(none_pending, timeout_s, "every job entry to be acknowledged", every_s=0.1)

@@ -1,0 +1,132 @@
+"""Redis and the planner go away mid-run; the services live on and no accepted job is lost.
+
+(c) Redis killed (SIGKILL: only its append-only file survives) while jobs run, down 5 s,
+started again on the same port and directory: every service process is alive after,
+every job that got a 2xx finishes, exact, and new jobs are served.
+(d) The planner killed mid-run: jobs keep finishing on the decision in force; a restarted
+planner publishes again and both workers apply it.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import anyio
+import httpx
+import pytest
+import redis.asyncio as aioredis
+
+from shared import codec, keys
+from shared.connection import connect
+from shared.schemas import Decision
+from tests.chaos.cluster import Cluster
+from tests.chaos.jobs import audit, expected_greedy, submit, tally, wait_acked, wait_all_ended
+from tests.e2e.conftest import poll
+
+pytestmark = [pytest.mark.chaos, pytest.mark.redis, pytest.mark.anyio]
+
+OUTAGE_S = 5.0
+
+
+async def _tokens_flowing(r: aioredis.Redis, job_ids: list[str], workers: tuple[str, ...]) -> bool:
+    busy = set()
+    for j in job_ids:
+        a = await audit(r, j)
+        if a.workers and len(a.tokens) >= 2 and a.final is None:
+            busy.add(a.workers[-1])
+    return busy == set(workers)
+
+
+async def test_redis_restart_with_aof_mid_run(healthy: Cluster, gw: httpx.AsyncClient, r: aioredis.Redis) -> None:
+    c = healthy
+    n_tokens = 96
+    accepted = {await submit(gw, f"Redis streams carry jobs {i}", max_tokens=n_tokens, ignore_eos=True):
+                f"Redis streams carry jobs {i}" for i in range(12)}  # fmt: skip
+    await poll(lambda: _tokens_flowing(r, list(accepted), c.workers), 60, "both workers streaming tokens")
+    await r.aclose()
+
+    down_at = c.redis.stop()
+    during: list[int | str] = []  # what the gateway answered while Redis was down
+    async with httpx.AsyncClient(base_url=c.url, timeout=OUTAGE_S + 10) as probe:
+        while time.time() < down_at + OUTAGE_S:  # the outage itself: probe the gateway meanwhile
+            prompt = f"During the outage {len(during)}"
+            try:
+                resp = await probe.post("/v1/jobs", json={"prompt": prompt,
+                                                          "params": {"max_tokens": 8, "ignore_eos": True}})
+                during.append(resp.status_code)
+                assert resp.headers["content-type"].startswith("application/json"), resp.text
+                if resp.status_code < 300:
+                    accepted[resp.json()["id"]] = prompt
+                else:
+                    assert resp.status_code == 503, resp.text
+                    assert "retry-after" in resp.headers, resp.headers
+            except httpx.TransportError as exc:
+                during.append(type(exc).__name__)
+            with anyio.move_on_after(max(0.0, min(0.5, down_at + OUTAGE_S - time.time()))):
+                await anyio.Event().wait()  # pace the probes (the outage lasts OUTAGE_S whatever happens)
+        dead_during = c.dead()
+    c.redis.start()
+    up_at = time.time()
+    r2 = connect(c.redis.url())
+    try:
+        assert not dead_during, f"died during the outage: {dead_during}\n{c.logs_of_dead()}"
+        await wait_all_ended(r2, list(accepted), 120, "every accepted job to end after the restart")
+        audits = {j: await audit(r2, j) for j in accepted}
+        n_of = {j: n_tokens if p.startswith("Redis") else 8 for j, p in accepted.items()}
+        expected = {j: expected_greedy(c.model_dir, p, n_of[j]) for j, p in accepted.items()}
+        t = tally(list(audits.values()), expected)
+        last_ms = max(a.final_ms or 0 for a in audits.values())
+        dead_after = c.dead()
+        print(
+            f"\n[chaos c] {t} outage_s={up_at - down_at:.1f} probes={during} "
+            f"all_ended_s_after_restart={last_ms / 1000 - up_at:.1f} dead={dead_after}"
+        )
+        assert not dead_after, c.logs_of_dead()
+        assert t.clean() and t.failed == 0, t
+        await wait_acked(r2)
+        # New jobs are served after the outage.
+        new = {await submit(gw, f"After the outage {i}", max_tokens=8, ignore_eos=True): f"After the outage {i}"
+               for i in range(4)}  # fmt: skip
+        await wait_all_ended(r2, list(new), 60, "jobs submitted after the restart")
+        t2 = tally([await audit(r2, j) for j in new], {j: expected_greedy(c.model_dir, p, 8) for j, p in new.items()})
+        assert t2.clean() and t2.failed == 0, t2
+    finally:
+        await r2.aclose()
+
+
+async def test_planner_killed_mid_run(healthy: Cluster, gw: httpx.AsyncClient, r: aioredis.Redis) -> None:
+    c = healthy
+    before = codec.decode_as(await r.get(keys.DECISION_LATEST), Decision)
+    n_tokens = 48
+    job_ids = {await submit(gw, f"Once upon a planner {i}", max_tokens=n_tokens, ignore_eos=True):
+               f"Once upon a planner {i}" for i in range(12)}  # fmt: skip
+    await poll(lambda: _tokens_flowing(r, list(job_ids), c.workers), 60, "both workers streaming tokens")
+    c.signal("planner", signal.SIGKILL)
+    await wait_all_ended(r, list(job_ids), 90, "every job to end with the planner dead")
+    expected = {j: expected_greedy(c.model_dir, p, n_tokens) for j, p in job_ids.items()}
+    t = tally([await audit(r, j) for j in job_ids], expected)
+    assert set(c.dead()) == {"planner"}, c.logs_of_dead()
+    assert t.clean() and t.failed == 0, t
+
+    restarted_at = time.time()
+    c.start("planner")
+
+    async def resumed() -> Decision | None:
+        latest = codec.decode_as(await r.get(keys.DECISION_LATEST), Decision)
+        acks = {k.decode(): int(v) for k, v in (await r.hgetall(keys.DECISION_ACKS)).items()}
+        if latest.version > before.version and all(acks.get(w, -1) >= latest.version for w in c.workers):
+            return latest
+        return None
+
+    latest = await poll(resumed, 60, "the restarted planner's decision applied by both workers", every_s=0.1)
+    assert isinstance(latest, Decision) and latest.policy == before.policy == "static"
+    assert latest.gamma_table == before.gamma_table  # it resumed the policy it ran
+    print(f"\n[chaos d] {t} decision v{before.version} -> v{latest.version} "
+          f"applied {time.time() - restarted_at:.1f}s after the restart")  # fmt: skip
+    new = {await submit(gw, f"Planner back {i}", max_tokens=8, ignore_eos=True): f"Planner back {i}" for i in range(4)}
+    await wait_all_ended(r, list(new), 60, "jobs after the planner restart")
+    t2 = tally([await audit(r, j) for j in new], {j: expected_greedy(c.model_dir, p, 8) for j, p in new.items()})
+    assert t2.clean() and t2.failed == 0, t2
+    await wait_acked(r)
+    assert not c.dead(), c.logs_of_dead()
