@@ -45,6 +45,7 @@ class TrioOptions:
     max_queue: int = 100_000  # the benchmark measures queueing; it must not be refused
     engine: dict[str, Any] = field(default_factory=dict)
     threads: int | None = None  # torch threads of a worker process (in-process: the caller's)
+    worker_cpus: str | None = None  # taskset list for a worker process (its own core), e.g. "1"
     start_timeout_s: float = 300.0
 
 

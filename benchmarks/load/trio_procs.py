@@ -46,9 +46,10 @@ def service_commands(cfg: BenchConfig, opts: TrioOptions, redis_url: str, port: 
     engine = [a for k, v in opts.engine.items() for a in ("--engine-opt", f"{k}={_text(v)}")]
     threads = ["--threads", str(opts.threads)] if opts.threads else []
     redis = ["--redis-url", redis_url]
+    pin = ["taskset", "-c", opts.worker_cpus] if opts.worker_cpus else []
     return {
         "planner": [*base, "planner", *redis, "--policy", cfg.policy, *sets],
-        "worker": [*base, "worker", *redis, "--model", opts.model_dir, "--worker-id", WORKER_ID,
+        "worker": [*pin, *base, "worker", *redis, "--model", opts.model_dir, "--worker-id", WORKER_ID,
                    "--max-jobs", str(opts.max_jobs), *threads, *engine],
         "gateway": [*base, "gateway", *redis, "--host", "127.0.0.1", "--port", str(port),
                     "--max-queue", str(opts.max_queue)],
