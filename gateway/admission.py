@@ -16,8 +16,8 @@ import redis.asyncio as aioredis
 from shared import codec, jobs, keys
 from shared.schemas import JobRequest
 
-# Fields of the job hash that only the gateway writes and reads.
-OWNER = "owner"  # sha256 of the API key that made the job ("" when the gateway is open)
+# Fields of the job hash that the gateway writes and reads.
+OWNER = jobs.OWNER  # a digest of the API key that made the job ("" when the gateway is open)
 FINGERPRINT = "fingerprint"  # digest of the request: a reused id with another body is a 409
 
 # KEYS: job hash, job stream. ARGV: group, max_queue, ttl_s, entry field, entry payload,

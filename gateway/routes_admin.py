@@ -96,7 +96,9 @@ async def set_policy(
     (or the error) in the note of the next decision."""
     _authorize(request, authorization)
     cmd = PolicyCommand(policy=body.policy, params=body.params, requested_by="admin api")
-    entry_id = await request.app.state.store.r.xadd(keys.PLANNER_CONTROL_STREAM, codec.entry(cmd))
+    entry_id = await request.app.state.store.r.xadd(
+        keys.PLANNER_CONTROL_STREAM, codec.entry(cmd), maxlen=keys.PLANNER_CONTROL_MAXLEN, approximate=True
+    )
     return {
         "accepted": True,
         "policy": body.policy,

@@ -7,15 +7,17 @@ same id or key with a different request is a 409. Jobs are visible to their owne
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from redis.exceptions import RedisError
 
 from gateway import sse
 from gateway.auth import owner
-from gateway.errors import APIError, from_validation
+from gateway.errors import APIError, from_validation, store_down
 from gateway.ids import client_job_id, fingerprint, idempotent_job_id, job_not_found, new_job_id, valid_job_id
 from gateway.store import JobStore, valid_event_id
 from gateway.submission import capacity, fit_max_tokens
@@ -104,11 +106,14 @@ async def job_events(
     keepalive_s: float = request.app.state.settings.keepalive_s
 
     async def body() -> AsyncIterator[str]:
-        async for ev in store.events(job_id, after=after, block_s=keepalive_s):
-            if ev is None:
-                yield sse.KEEPALIVE
-            else:
-                yield sse.event(ev.id, ev.msg.kind, ev.msg.model_dump(mode="json"))
+        try:
+            async for ev in store.events(job_id, after=after, block_s=keepalive_s):
+                if ev is None:
+                    yield sse.KEEPALIVE
+                else:
+                    yield sse.event(ev.id, ev.msg.kind, ev.msg.model_dump(mode="json"))
+        except (RedisError, OSError) as exc:  # no id: a reconnect resumes after the last real event
+            yield f"event: error\ndata: {json.dumps(store_down(exc).body())}\n\n"
 
     return sse.response(body())
 

@@ -16,8 +16,8 @@ import redis.asyncio as aioredis
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from nightjar.runner import http_server
-from shared import codec, keys
-from shared.schemas import JobRequest
+from shared import codec, jobs, keys
+from shared.schemas import JobRequest, StartEvent, TokenEvent
 from tests.gateway.conftest import register_worker
 
 pytestmark = pytest.mark.anyio
@@ -126,3 +126,21 @@ async def test_a_declared_oversized_body_is_refused_unread(r: aioredis.Redis) ->
             reply = await sock.receive()
         await sock.aclose()
     assert reply.startswith(b"HTTP/1.1 413") and b"payload_too_large" in reply
+
+
+async def test_a_client_that_reads_nothing_is_dropped_and_its_job_cancelled(r: aioredis.Redis) -> None:
+    async with served(r, send_timeout_s=0.5, keepalive_s=0.2) as port:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fills at once
+        sock.connect(("127.0.0.1", port))
+        sock.sendall(_post("/v1/completions", {"prompt": "x", "stream": True}))
+        await _wait_for(lambda: _more_jobs(r, 0), "the job to be queued")
+        (job_id,) = await _queued_ids(r)
+        big = "y" * 256 * 1024
+        async with r.pipeline(transaction=False) as pipe:  # far more than any socket buffer holds
+            events = [StartEvent(job_id=job_id, worker_id="w")]
+            events += [TokenEvent(job_id=job_id, index=i, token_ids=[1], text=big) for i in range(64)]
+            jobs.add_events(pipe, job_id, events)
+            await pipe.execute()
+        await _wait_for(lambda: r.exists(keys.job_cancel(job_id)), "the cancel of a non-reading client's job")
+        sock.close()
