@@ -25,7 +25,7 @@ import torch
 from transformers import AutoModelForCausalLM, DynamicCache, LogitsProcessor, LogitsProcessorList
 
 from shared.schemas import SamplingParams
-from worker.engine import load_engine
+from worker.engine.loader import load_engine
 from worker.engine.api import EngineRequest
 from worker.engine.engine import LLMEngine
 from worker.engine.model_runner import ForwardItem

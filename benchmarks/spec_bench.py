@@ -36,10 +36,10 @@ import torch
 from transformers import AutoTokenizer
 
 from benchmarks.load.workloads import load_workload
-from shared.schemas import Decision, SamplingParams
-from worker.engine import load_engine
+from shared.schemas import ALL_BATCHES, Decision, MemoryEvent, SamplingParams
 from worker.engine.api import EngineRequest, StepStats
 from worker.engine.engine import LLMEngine
+from worker.engine.loader import load_engine
 
 _versions = itertools.count(1)
 HEAD = (
@@ -151,7 +151,7 @@ def generate(
 
 
 def decide(engine: LLMEngine, gamma: int, drafter: str | None, offload: bool = False) -> None:
-    table = [(1 << 30, gamma)]
+    table = [(ALL_BATCHES, gamma)]
     engine.apply_decision(
         Decision(
             version=next(_versions), policy="spec-bench", gamma_table=table, drafter=drafter, offload=offload
@@ -205,13 +205,13 @@ def memory_cycle(
     """Offload the drafters after a few decode steps of a batch, reload a few steps later."""
     for i, p in enumerate(prompts[:batch]):
         engine.add_request(EngineRequest(f"m{i}", p, params))
-    events: list[dict[str, Any]] = []
+    events: list[MemoryEvent] = []
     step = 0
     while engine.has_unfinished():
         decide(engine, 0, None, offload=4 <= step < 10)
         events += engine.step().stats.memory_events
         step += 1
-    return {"batch": batch, "events": events}
+    return {"batch": batch, "events": [e.model_dump() for e in events]}
 
 
 def table(rows: list[dict[str, Any]]) -> str:

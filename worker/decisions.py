@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 
 from shared import codec, keys
 from shared.loops import every, keep_running
-from shared.schemas import Decision
+from shared.schemas import ALL_BATCHES, Decision
 from shared.streams import entries, id_str, last_id
 from worker.engine.api import Engine
 
@@ -30,7 +30,7 @@ def fallback_decision(note: str) -> Decision:
     return Decision(
         version=0,
         policy=FALLBACK_POLICY,
-        gamma_table=[(1 << 30, 0)],
+        gamma_table=[(ALL_BATCHES, 0)],
         drafter=None,
         offload=False,
         valid_for_s=float("inf"),

@@ -14,6 +14,6 @@ def create_engine(
 ) -> Engine:
     """The engine for the model in ``model_dir`` with its drafters (model directories that
     share its tokenizer; ``ngram`` adds prompt lookup); ``cfg`` holds ``EngineConfig`` options."""
-    from worker.engine import load_engine
+    from worker.engine.loader import load_engine  # torch: imported only when an engine is built
 
     return load_engine(model_dir, drafters=list(drafters), ngram=ngram, **cfg)

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import redis.asyncio as aioredis
 
 from shared import codec, keys
-from shared.schemas import Telemetry
+from shared.schemas import StepStats, Telemetry
 from shared.streams import group_load
-from worker.engine.api import StepStats
-
-_TELEMETRY_FIELDS = frozenset(Telemetry.model_fields)
 
 
 class TelemetryPublisher:
@@ -34,14 +30,10 @@ class TelemetryPublisher:
         return self._lag
 
     def build(self, stats: StepStats, lag: int, decision_version: int, fallback: bool) -> Telemetry:
-        fields = {k: v for k, v in dataclasses.asdict(stats).items() if k in _TELEMETRY_FIELDS}
-        fields.update(
-            worker_id=self.worker_id,
-            queue_depth=stats.waiting + lag,
-            decision_version=decision_version,
-            fallback=fallback,
-        )
-        return Telemetry(**fields)
+        """Telemetry is a StepStats plus its sender: every stat is carried, by construction;
+        the service's own view of the decision in force wins over the engine's."""
+        fields = dict(stats) | {"decision_version": decision_version, "fallback": fallback}
+        return Telemetry(**fields, worker_id=self.worker_id, queue_depth=stats.waiting + lag)
 
     async def publish(self, stats: StepStats, decision_version: int, fallback: bool) -> Telemetry:
         """Publish one step's stats; an idle heartbeat is a step with batch_size 0."""

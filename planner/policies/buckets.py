@@ -13,11 +13,11 @@ import bisect
 import itertools
 from collections.abc import Sequence
 
-ALL = 1 << 30  # the last bucket's upper bound: covers every larger batch
+from shared.schemas import ALL_BATCHES
 
 
 def upper_bounds(spec: str | Sequence[int]) -> list[int]:
-    """Ascending upper bounds for a scheme name or an explicit list; the last is ``ALL``."""
+    """Ascending upper bounds for a scheme name or an explicit list; the last is ``ALL_BATCHES``."""
     if spec == "pow2":
         bounds = [1 << i for i in range(9)]
     elif spec == "pairs":
@@ -28,7 +28,7 @@ def upper_bounds(spec: str | Sequence[int]) -> list[int]:
         bounds = [int(b) for b in spec]
         if not bounds or bounds[0] < 1 or any(b <= a for a, b in itertools.pairwise(bounds)):
             raise ValueError(f"bucket upper bounds must be positive and increasing, got {bounds}")
-    return [b for b in bounds if b < ALL] + [ALL]
+    return [b for b in bounds if b < ALL_BATCHES] + [ALL_BATCHES]
 
 
 class Buckets:
@@ -46,7 +46,7 @@ class Buckets:
 
     def representative(self, i: int) -> int:
         """A batch size inside bucket ``i`` (its upper bound; the largest finite one for the last)."""
-        if self.uppers[i] == ALL:
+        if self.uppers[i] == ALL_BATCHES:
             return 2 * self.uppers[i - 1] if i > 0 else 1
         return self.uppers[i]
 

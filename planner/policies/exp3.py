@@ -8,11 +8,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from planner.policies.base import Choice, Policy
-from planner.policies.buckets import ALL
 from planner.policies.params import Param, int_param, str_param
 from planner.policies.rewards import REWARDS, ArmRewards
 from planner.policies.signals import Draws, is_step
-from shared.schemas import Telemetry
+from shared.schemas import ALL_BATCHES, Telemetry
 
 
 class Exp3Policy(Policy):
@@ -59,7 +58,7 @@ class Exp3Policy(Policy):
         gamma = self.draws.choice(p)
         self.drawn_p[gamma] = p[gamma]
         note = f"exp3 γ={gamma} p={p[gamma]:.2f}"
-        return Choice(gamma_table=[(ALL, gamma)], drafter=self.drafter, note=note)
+        return Choice(gamma_table=[(ALL_BATCHES, gamma)], drafter=self.drafter, note=note)
 
     def state_dict(self) -> dict[str, Any]:
         return {

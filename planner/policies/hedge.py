@@ -7,11 +7,10 @@ import math
 from typing import Any, ClassVar
 
 from planner.policies.base import Choice, Policy
-from planner.policies.buckets import ALL
 from planner.policies.drafter import HEDGE_PARAMS, DrafterChooser
 from planner.policies.params import Param, float_param, int_param, str_param
 from planner.policies.signals import is_step
-from shared.schemas import Telemetry
+from shared.schemas import ALL_BATCHES, Telemetry
 
 EWMA = 0.1  # weight of the newest step in each drafter's acceptance estimate
 
@@ -71,7 +70,7 @@ class HedgePolicy(Policy):
         gamma = self.rule_gamma(drafter)
         weights = self.chooser.learner.weights()
         return Choice(
-            gamma_table=[(ALL, gamma)],
+            gamma_table=[(ALL_BATCHES, gamma)],
             drafter=drafter,
             note=f"hedge drafter={drafter} γ={gamma}",
             extra={"weights": weights},

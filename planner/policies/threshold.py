@@ -6,9 +6,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from planner.policies.base import Choice, Policy
-from planner.policies.buckets import ALL
 from planner.policies.params import Param, int_param, str_param
-from shared.schemas import Telemetry
+from shared.schemas import ALL_BATCHES, Telemetry
 
 
 class ThresholdPolicy(Policy):
@@ -34,7 +33,7 @@ class ThresholdPolicy(Policy):
 
     def decide(self, now: float) -> Choice:
         return Choice(
-            gamma_table=[(self.max_batch, self.gamma), (ALL, 0)],
+            gamma_table=[(self.max_batch, self.gamma), (ALL_BATCHES, 0)],
             drafter=self.drafter,
             note=f"threshold γ={self.gamma} up to batch {self.max_batch}",
         )

@@ -6,11 +6,10 @@ import math
 from typing import Any, ClassVar
 
 from planner.policies.base import Choice, Policy
-from planner.policies.buckets import ALL
 from planner.policies.params import Param, float_param, int_param, str_param
 from planner.policies.rewards import REWARDS, ArmRewards
 from planner.policies.signals import is_step
-from shared.schemas import Telemetry
+from shared.schemas import ALL_BATCHES, Telemetry
 
 
 class UCBPolicy(Policy):
@@ -54,7 +53,7 @@ class UCBPolicy(Policy):
 
     def decide(self, now: float) -> Choice:
         gamma = self.choose()
-        return Choice(gamma_table=[(ALL, gamma)], drafter=self.drafter, note=f"ucb γ={gamma}")
+        return Choice(gamma_table=[(ALL_BATCHES, gamma)], drafter=self.drafter, note=f"ucb γ={gamma}")
 
     def state_dict(self) -> dict[str, Any]:
         return {"rewards": self.rewards.state_dict()}

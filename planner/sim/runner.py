@@ -17,7 +17,7 @@ import numpy as np
 
 from planner.policies.base import Choice, Policy
 from planner.sim.worker import SimWorker
-from shared.schemas import Telemetry
+from shared.schemas import ALL_BATCHES, Telemetry
 
 
 @dataclass
@@ -58,7 +58,7 @@ class Runner:
         self.decide_every = decide_every
         self.gamma_max = gamma_max
         self.in_flight: deque[Telemetry] = deque()
-        self.choice = Choice(gamma_table=[(1 << 30, 0)])
+        self.choice = Choice(gamma_table=[(ALL_BATCHES, 0)])
         self.trace = Trace()
         self.steps = 0
         self.last_gamma = 0

@@ -9,7 +9,6 @@ from shared.schemas import (
     CancelRequest,
     ChatMessage,
     Decision,
-    DecisionAck,
     ErrorEvent,
     FinishEvent,
     JobRequest,
@@ -43,7 +42,6 @@ SAMPLES: list[Message] = [
         switch_costs=[SwitchCostEvent(drafter="d", batch_size=2, tokens=3, seconds=0.1)],
     ),
     Decision(version=7, policy="static", gamma_table=[(4, 3), (1 << 30, 0)], drafter="d", offload=True),
-    DecisionAck(worker_id="w", version=7),
     PolicyCommand(policy="static", params={"gamma": "2"}),
     WorkerInfo(worker_id="w", model="m"),
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shared.schemas import Decision, SamplingParams
+from shared.schemas import ALL_BATCHES, Decision, SamplingParams
 from tests.tiny_models import build_llama, reference_greedy
 from worker.engine.api import Engine, EngineRequest, RequestOutput
 from worker.engine.engine import LLMEngine
@@ -93,7 +93,7 @@ def test_worker_settings_name_the_drafters_and_speculation_stays_exact(
     assert isinstance(engine, LLMEngine) and engine.drafter_names == ["tiny-draft", "ngram"]
     for drafter_name in ("tiny-draft", "ngram"):
         engine.apply_decision(
-            Decision(version=1, policy="static", gamma_table=[(1 << 30, 3)], drafter=drafter_name)
+            Decision(version=1, policy="static", gamma_table=[(ALL_BATCHES, 3)], drafter=drafter_name)
         )
         ids = [prompts.tokenizer(p)["input_ids"] for p in PROMPTS]
         for i, p in enumerate(ids):

@@ -4,7 +4,9 @@ The worker service (asyncio, Redis) owns requests' lifecycles; the engine (synch
 torch) owns the model, the KV cache and the schedule. The service calls ``add_request``,
 ``abort_request`` and ``apply_decision`` from the event loop (thread-safe: they queue work
 for the next step) and runs ``step()`` in one worker thread. Each step is
-schedule → run → postprocess and returns the new tokens of every request that moved.
+schedule → draft → run → verify → postprocess and returns the new tokens of every request
+that moved. A request the engine fails on is finished alone (finish_reason "error" with an
+``error_code``); the rest of its batch goes on.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
 
-from shared.schemas import Decision, SamplingParams, SwitchCostEvent
+from shared.errors import ErrorCode
+from shared.schemas import Decision, FinishReason, SamplingParams, StepStats
+
+__all__ = ["Engine", "EngineRequest", "RequestOutput", "StepResult", "StepStats"]
 
 
 @dataclass
@@ -31,44 +35,12 @@ class RequestOutput:
     request_id: str
     new_token_ids: list[int]
     finished: bool = False
-    finish_reason: str | None = None  # "stop" (an EOS token), "length", "cancelled", "error"
+    finish_reason: FinishReason | None = None  # "stop" (an EOS token), "length", "cancelled", "error"
     num_prompt_tokens: int = 0
     num_output_tokens: int = 0  # total so far, including new_token_ids
     cached_prompt_tokens: int = 0  # prompt tokens served from the prefix cache
-    error: str | None = None
-
-
-@dataclass
-class StepStats:
-    """What one step did; the worker turns it into a Telemetry message."""
-
-    step: int = 0
-    batch_size: int = 0  # sequences decoding this step
-    prefill_tokens: int = 0
-    num_tokens: int = 0  # output tokens emitted this step
-    gamma: int = 0
-    drafter: str | None = None
-    step_time: float = 0.0
-    draft_time: float = 0.0
-    verify_time: float = 0.0
-    other_time: float = 0.0  # includes catch-up (switch_costs) and counterfactual_time
-    counterfactual_time: float = 0.0
-    proposed: int = 0
-    accepted: int = 0
-    counterfactual: dict[str, float] = field(default_factory=dict)
-    mean_context: float = 0.0
-    running: int = 0
-    waiting: int = 0
-    free_blocks: int = 0
-    total_blocks: int = 0
-    draft_resident: bool = True
-    switch_costs: list[SwitchCostEvent] = field(default_factory=list)
-    prefix_queries: int = 0
-    prefix_hits: int = 0
-    preempted: int = 0
-    decision_version: int = 0
-    fallback: bool = False
-    memory_events: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None  # finish_reason "error": what went wrong, for the client
+    error_code: ErrorCode | None = None  # finish_reason "error": CONTEXT_LENGTH_EXCEEDED, ENGINE_ERROR, ...
 
 
 @dataclass
@@ -98,6 +70,13 @@ class Engine(ABC):
     @abstractmethod
     def step(self) -> StepResult:
         """Run one iteration. Called from one thread only."""
+
+    @property
+    def max_model_len(self) -> int:
+        """The most tokens (prompt + output) one sequence may hold in this engine: the
+        model's context, capped by the configuration and by what the KV cache can hold
+        (0: not known)."""
+        return 0
 
     @abstractmethod
     def has_unfinished(self) -> bool:

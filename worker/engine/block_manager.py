@@ -1,5 +1,6 @@
 """Block tables of sequences over a BlockPool: prefix reuse, allocation, copy-on-write,
-fork, truncation (speculative rollback), free, and resizing of the pool.
+truncation (speculative rollback), free, and resizing of the pool; ``check_integrity``
+proves the books balance (the engine tests run it after every step).
 
 Plain Python, no torch: the engine applies the block copies this class asks for
 (``take_copies``) with ``KVCache.copy`` before the step's forward. One manager per model, so
@@ -11,6 +12,8 @@ source of a pending copy stays referenced until the copy has been taken.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 from worker.engine.block_pool import ROOT_UID, BlockPool, HashFn, chain_hash
 
@@ -151,6 +154,9 @@ class BlockManager:
                 self._copies[new] = old.block_id
                 self._deferred.append(old.block_id)
                 table[i] = new
+                # The private copy is not frozen: the frozen prefix ends before it (commit
+                # freezes it again), so no block is ever frozen under an unfrozen parent.
+                self._frozen[seq_id] = min(self._frozen[seq_id], i)
         return True
 
     def take_copies(self) -> list[tuple[int, int]]:
@@ -161,14 +167,6 @@ class BlockManager:
             self.pool.release(bid)
         self._deferred.clear()
         return copies
-
-    def fork(self, parent_id: str, child_id: str) -> None:
-        """The child shares all of the parent's blocks (copied when either writes)."""
-        table = list(self.tables[parent_id])
-        for bid in table:
-            self.pool.acquire(bid)
-        self.tables[child_id] = table
-        self._frozen[child_id] = self._frozen[parent_id]
 
     def truncate(self, seq_id: str, num_tokens: int) -> None:
         """Keep the first ``num_tokens`` positions (rollback of rejected draft tokens)."""
@@ -202,3 +200,35 @@ class BlockManager:
         for table in self.tables.values():
             table[:] = [remap.get(b, b) for b in table]
         return moves
+
+    def check_integrity(self) -> None:
+        """Raise AssertionError unless: every block's reference count is the number of block
+        tables holding it (plus pending copy sources); the free queue holds exactly the
+        unreferenced blocks, so free + used = total; every registry entry names a frozen
+        block of that hash; and each table's frozen prefix is a chain whose hashes follow."""
+        pool = self.pool
+        refs = Counter(b for table in self.tables.values() for b in table) + Counter(self._deferred)
+        for block in pool.blocks:
+            assert block.ref_count == refs[block.block_id], (
+                f"block {block.block_id}: ref_count {block.ref_count}, held {refs[block.block_id]} times"
+            )
+            assert (block.ref_count == 0) == (block.block_id in pool.free), (
+                f"block {block.block_id} free and used"
+            )
+        used = sum(1 for b in pool.blocks if b.ref_count > 0)
+        assert used + pool.num_free == pool.num_blocks, "free + used ≠ total"
+        for h, bid in pool.registry.items():
+            assert pool.blocks[bid].frozen and pool.blocks[bid].hash == h, (
+                f"registry entry of block {bid} is stale"
+            )
+        for seq_id, table in self.tables.items():
+            assert len(set(table)) == len(table), f"{seq_id} holds a block twice"
+            parent_hash: int | None = None
+            parent_uid = ROOT_UID
+            for bid in table[: self._frozen.get(seq_id, 0)]:
+                block = pool.blocks[bid]
+                assert block.frozen and block.parent_uid == parent_uid, (
+                    f"{seq_id}: block {bid} breaks the chain"
+                )
+                assert block.hash == pool.hash_fn(parent_hash, block.tokens), f"{seq_id}: block {bid}'s hash"
+                parent_hash, parent_uid = block.hash, block.uid

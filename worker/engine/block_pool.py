@@ -58,10 +58,6 @@ class BlockPool:
     def num_free(self) -> int:
         return len(self.free)
 
-    @property
-    def num_cached(self) -> int:
-        return len(self.registry)
-
     def take(self) -> int:
         """A block with one reference, evicting cached content if it has to."""
         bid, _ = self.free.popitem(last=False)

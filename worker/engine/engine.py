@@ -1,9 +1,9 @@
 """LLMEngine: continuous batching over a paged KV cache with exact prefix reuse, and
 speculative decoding with a per-step γ, a drafter pool and elastic draft memory.
 
-A step is schedule → draft → run → verify → postprocess. Requests, aborts, decisions and
-cache resizes arrive from other threads through a locked inbox that the step drains first,
-so the scheduler, block managers and caches are only ever touched by the stepping thread.
+A step reads top to bottom: take the inbox (inbox.py) → elastic memory (a plan it applies)
+→ schedule → draft → run → verify → postprocess → feedback → outputs and one ``StepStats``.
+Each phase returns named records (records.py); none fills in an argument.
 
 Speculation (worker/engine/spec/): γ comes from the latest planner decision at the batch
 size of decoding sequences; the scheduler reserves γ slots after each decoding sequence, the
@@ -11,35 +11,41 @@ active drafter appends its drafts, and one target forward computes γ+1 rows per
 sequence next to the prefill chunks of others. Verification (greedy or rejection sampling)
 emits 1..γ+1 tokens per sequence; rejected drafts are rolled back in the target
 (``Sequence.truncate`` + ``BlockManager.truncate``) and in every drafter. γ = 0 runs no
-draft work at all; the draft's offload and reload (``spec/memory.py``) happen at step starts.
+draft work at all.
+
+Failure isolation: when draft, run, verify or postprocess raises, every scheduled sequence
+goes back to where it was before the step (drafts and anything appended dropped, blocks
+freed, recomputed later: exact, as a preemption is). Alone, the sequence is the cause and
+finishes with reason "error" (``ErrorCode.ENGINE_ERROR``); in a batch, each becomes a
+*suspect* and runs alone (scheduler.py) until one decoding step of its own succeeds (cleared)
+or fails (it finishes with the error). Its batch mates go on.
 """
 
 from __future__ import annotations
 
-import threading
+import logging
 import time
-from collections import deque
 from typing import Any
 
-import torch
-
-from shared.schemas import Decision
+from shared.errors import ErrorCode
+from shared.schemas import Decision, MemoryEvent
 from worker.engine.api import Engine, EngineRequest, RequestOutput, StepResult, StepStats
 from worker.engine.block_manager import BlockManager
 from worker.engine.config import EngineConfig
-from worker.engine.kv_cache import blocks_for_budget, bytes_per_block
+from worker.engine.inbox import Abort, AddRequest, ApplyDecision, Inbox, Resize
+from worker.engine.kv_cache import bytes_per_block
 from worker.engine.logits_cache import LogitsCache
 from worker.engine.model_runner import ForwardItem, ModelRunner
+from worker.engine.records import Candidate, Drafted, Verified
 from worker.engine.scheduler import Scheduled, Scheduler
 from worker.engine.sequence import Sequence
 from worker.engine.spec.drafter import Drafter
 from worker.engine.spec.memory import ElasticMemory
 from worker.engine.spec.pool import DrafterPool
-from worker.engine.spec.speculator import Drafted, Speculator, Verified
+from worker.engine.spec.speculator import DraftRound, Feedback, Speculator
 from worker.engine.spec.verify import verify_batch
 
-# Per scheduled sequence: its logits rows ([num_logits, V]) and their argmax, or None.
-Rows = list[tuple[torch.Tensor, list[int]] | None]
+log = logging.getLogger(__name__)
 
 
 class LLMEngine(Engine):
@@ -58,191 +64,194 @@ class LLMEngine(Engine):
         self.blocks = BlockManager(runner.cache.num_blocks, config.block_size, config.enable_prefix_caching)
         self.logits_cache = LogitsCache(config.logits_cache_size)
         self.scheduler = Scheduler(
-            self.blocks,
-            config.max_num_seqs,
-            config.max_num_batched_tokens,
-            self._max_model_len(),
-            self.logits_cache.get,
+            self.blocks, config.max_num_seqs, config.max_num_batched_tokens, self._context_limit()
         )
-        self._lock = threading.Lock()
-        self._inbox: deque[tuple[str, Any]] = deque()
+        self._inbox = Inbox()
         self._seqs: dict[str, Sequence] = {}  # waiting or running
         self._decision: Decision | None = None
         self._step = 0
         pool = DrafterPool(drafters, config.counterfactual_every) if drafters else None
-        self.memory = ElasticMemory(
-            pool.models if pool else [],
-            bytes_per_block(runner.config, config.block_size, runner.dtype),
-            lambda: self.blocks.num_blocks,
-            self._resize,
-            pool.reset if pool else lambda: None,
-        )
+        block_bytes = bytes_per_block(runner.config, config.block_size, runner.dtype)
+        self.memory = ElasticMemory(pool.models if pool else [], block_bytes)
         self.spec = Speculator(pool, self.memory, config.max_gamma)
 
     @property
     def drafter_names(self) -> list[str]:
         return list(self.spec.pool.drafters) if self.spec.pool else []
 
+    @property
+    def max_model_len(self) -> int:
+        return self.scheduler.max_model_len
+
     # ------------------------------------------------------------ thread-safe API
 
     def add_request(self, request: EngineRequest) -> None:
-        with self._lock:
-            self._inbox.append(("add", request))
+        self._inbox.put(AddRequest(request))
 
     def abort_request(self, request_id: str) -> None:
-        with self._lock:
-            self._inbox.append(("abort", request_id))
+        self._inbox.put(Abort(request_id))
 
     def apply_decision(self, decision: Decision) -> None:
-        with self._lock:
-            self._inbox.append(("decision", decision))
+        self._inbox.put(ApplyDecision(decision))
 
     def set_num_blocks(self, num_blocks: int) -> None:
-        """Grow or shrink the KV pool at the next step (elastic memory); shrinking preempts
-        the newest sequences if their blocks cannot otherwise stay."""
+        """Grow or shrink the KV pool at the next step; shrinking preempts the newest
+        sequences if their blocks cannot otherwise stay."""
         if num_blocks < 2:
             raise ValueError("the KV cache needs at least 2 blocks")
-        with self._lock:
-            self._inbox.append(("resize", num_blocks))
-
-    def set_memory_budget(self, budget_bytes: int) -> None:
-        """Size the target's KV pool from a budget that also holds the resident drafters."""
-        r = self.runner
-        drafts = self.memory.bytes if self.memory.resident else 0
-        n = blocks_for_budget(r.config, r.block_size, r.dtype, budget_bytes - drafts, r.weight_bytes)
-        self.set_num_blocks(n)
+        self._inbox.put(Resize(num_blocks))
 
     def has_unfinished(self) -> bool:
-        with self._lock:
-            return bool(self._inbox) or bool(self._seqs)
+        return self._inbox.pending_or(lambda: bool(self._seqs))
+
+    def check_integrity(self) -> None:
+        """Raise AssertionError unless every block manager's books balance and the target's
+        block tables belong to exactly the running sequences (the engine tests call this
+        after every step)."""
+        self.blocks.check_integrity()
+        running = {s.request_id for s in self.scheduler.running}
+        assert set(self.blocks.tables) == running, (
+            f"block tables {set(self.blocks.tables)} ≠ running {running}"
+        )
+        for d in self.memory.drafters:
+            d.blocks.check_integrity()
 
     # ------------------------------------------------------------------- the step
 
     def step(self) -> StepResult:
         t0 = time.perf_counter()
-        stats = StepStats(step=self._step)
-        self._step += 1
         queries0, hits0 = self.blocks.prefix_queries, self.blocks.prefix_hits
-        touched: list[Sequence] = []
-        self._drain_inbox(touched, stats)
-        stats.memory_events += self.memory.update(bool(self._decision and self._decision.offload))
+        touched, memory_events = self._take_inbox()
+        memory_events += self._apply_memory()
         decoding = sum(1 for s in self.scheduler.running if not s.prefilling)
         gamma, drafter = self.spec.choose(self._decision, decoding)
         plan = self.scheduler.schedule(num_lookahead=gamma)
         for seq in plan.preempted:
             self.spec.free(seq.request_id)
         touched += plan.rejected
-        stats.prefill_tokens = sum(s.num_new for s in plan.scheduled if s.seq.prefilling)
-        self.runner.cache.copy(self.blocks.take_copies())
-        drafts = self.spec.draft(drafter, plan.scheduled, stats)
-        stats.gamma = gamma if drafts else 0
-        t1 = time.perf_counter()
-        rows = self._run(plan.scheduled)
-        verified: list[Verified] = []
-        touched += self._postprocess(plan.scheduled, rows, drafts, stats, verified)
-        t2 = time.perf_counter()
-        if drafter is not None:
-            self.spec.feedback(drafter, verified, stats)
-        for seq in touched:
-            if seq.is_finished and self._seqs.get(seq.request_id) is seq:
-                del self._seqs[seq.request_id]
-                self.scheduler.remove(seq)
-                self.spec.free(seq.request_id)
-        outputs = [self._output(seq) for seq in dict.fromkeys(touched)]
-        stats.preempted = len(plan.preempted)
-        stats.running = len(self.scheduler.running)
-        stats.waiting = len(self.scheduler.waiting)
+        lengths = [len(s.seq.token_ids) for s in plan.scheduled]
+        drafted, verified, kept, prefilled, failed = DraftRound(), list[Verified](), 0, 0, list[Sequence]()
+        t1 = t2 = time.perf_counter()
+        try:
+            self.runner.cache.copy(self.blocks.take_copies())
+            drafted = self.spec.draft(drafter, plan.scheduled)
+            t1 = time.perf_counter()
+            verified = verify_batch(self._run(plan.scheduled, drafted.drafts))
+            kept = self._postprocess(plan.scheduled, verified)
+            t2 = time.perf_counter()
+            cached = sum(1 for v in verified if v.candidate.from_cache)  # exact repeats computed nothing
+            prefilled = sum(s.num_new for s in plan.scheduled if s.prefill) - cached
+        except Exception as exc:
+            failed = self._isolate(plan.scheduled, lengths, exc)
+            drafted, verified, kept = DraftRound(), [], 0
+            t2 = time.perf_counter()
+        else:
+            for s in plan.scheduled:
+                if s.seq.suspect and not s.prefill:
+                    s.seq.suspect = False  # a decoding step of its own went through: cleared
+        touched += [v.seq for v in verified] + failed
+        feedback = self._feedback(drafter, verified)
+        outputs = self._retire(touched)
         running = self.scheduler.running
-        stats.mean_context = sum(len(s.token_ids) for s in running) / len(running) if running else 0.0
-        stats.free_blocks, stats.total_blocks = self.blocks.num_free_blocks, self.blocks.num_blocks
-        stats.prefix_queries = self.blocks.prefix_queries - queries0
-        stats.prefix_hits = self.blocks.prefix_hits - hits0
-        stats.decision_version = self._decision.version if self._decision else 0
-        stats.draft_resident = self.memory.resident
-        stats.verify_time = t2 - t1
-        stats.step_time = time.perf_counter() - t0
-        stats.other_time = stats.step_time - stats.verify_time - stats.draft_time
+        step_time = time.perf_counter() - t0
+        stats = StepStats(
+            step=self._step,
+            batch_size=sum(1 for v in verified if not v.candidate.scheduled.prefill),
+            prefill_tokens=prefilled,
+            num_tokens=kept,
+            gamma=gamma if drafted.drafts else 0,
+            drafter=drafted.drafter,
+            step_time=step_time,
+            draft_time=drafted.seconds,
+            verify_time=t2 - t1,
+            other_time=step_time - (t2 - t1) - drafted.seconds,
+            counterfactual_time=feedback.seconds,
+            proposed=drafted.proposed,
+            accepted=feedback.accepted,
+            num_drafts=feedback.drafts,
+            accepted_per_pos=feedback.per_pos,
+            counterfactual=feedback.counterfactual,
+            mean_context=sum(len(s.token_ids) for s in running) / len(running) if running else 0.0,
+            running=len(running),
+            waiting=len(self.scheduler.waiting),
+            free_blocks=self.blocks.num_free_blocks,
+            total_blocks=self.blocks.num_blocks,
+            draft_resident=self.memory.resident,
+            switch_costs=[drafted.switch_cost] if drafted.switch_cost else [],
+            prefix_queries=self.blocks.prefix_queries - queries0,
+            prefix_hits=self.blocks.prefix_hits - hits0,
+            preempted=len(plan.preempted),
+            failed=sum(1 for s in failed if s.is_finished),
+            decision_version=self._decision.version if self._decision else 0,
+            memory_events=memory_events,
+        )
+        self._step += 1
         return StepResult(outputs, stats)
 
-    def _run(self, scheduled: list[Scheduled]) -> Rows:
-        """The target forward; per scheduled sequence, the logits rows it asked for and their
-        argmax: one row for a decode or a prompt's end, γ+1 for a verification; None while a
-        prompt chunk ends before the prompt does."""
-        items, owners = [], []
-        for k, s in enumerate(scheduled):
-            if s.num_new == 0:
-                continue
+    def _run(self, scheduled: list[Scheduled], drafts: dict[str, Drafted]) -> list[Candidate]:
+        """The target forward. A candidate per sequence that gets tokens this step: γ+1 rows
+        for a verification, one for a decode or a prompt's end; an exact repeat of a prompt
+        whose next-token logits are stored (RAKV-ASD) takes them from ``logits_cache`` and
+        skips the forward. A prompt chunk that ends before the prompt does gets none."""
+        slots: list[Candidate | int] = []  # per sequence with rows: its candidate, or its item
+        items: list[ForwardItem] = []
+        owners: list[Scheduled] = []
+        for s in scheduled:
             seq, start = s.seq, s.seq.num_computed
-            reaches_end = start + s.num_new == len(seq.token_ids)
-            wanted = (1 if seq.prefilling else s.num_new) if reaches_end else 0
+            if s.exact and (stored := self.logits_cache.get(seq.token_ids)) is not None:
+                row = stored.unsqueeze(0)
+                slots.append(Candidate(s, row, row.argmax(-1).tolist(), from_cache=True))
+                continue
+            end = start + s.num_new
+            wanted = 0 if end < len(seq.token_ids) else 1 if s.prefill else s.num_new
+            if wanted:
+                slots.append(len(items))
             items.append(
-                ForwardItem(
-                    seq.token_ids[start : start + s.num_new], start, self.blocks.table(seq.request_id), wanted
-                )
+                ForwardItem(seq.token_ids[start:end], start, self.blocks.table(seq.request_id), wanted)
             )
-            owners.append(k)
-        rows: Rows = [None] * len(scheduled)
-        for k, s in enumerate(scheduled):
-            if s.seq.cached_logits is not None:
-                cached = s.seq.cached_logits.unsqueeze(0)
-                rows[k] = (cached, cached.argmax(-1).tolist())
+            owners.append(s)
         if items:
             logits, first = self.runner.run(items)
             ids = logits.argmax(-1).tolist()  # one pass over every row; greedy rows use it
-            for item, k, f in zip(items, owners, first, strict=True):
-                if item.num_logits:
-                    rows[k] = (logits[f : f + item.num_logits], ids[f : f + item.num_logits])
-        return rows
+        candidates = []
+        for slot in slots:
+            if isinstance(slot, Candidate):
+                candidates.append(slot)
+                continue
+            s, f = owners[slot], first[slot]
+            end = f + items[slot].num_logits
+            candidates.append(Candidate(s, logits[f:end], ids[f:end], drafts.get(s.seq.request_id)))
+        return candidates
 
-    def _postprocess(
-        self,
-        scheduled: list[Scheduled],
-        rows: Rows,
-        drafts: dict[str, Drafted],
-        stats: StepStats,
-        verified: list[Verified],
-    ) -> list[Sequence]:
-        ready: list[tuple[Scheduled, torch.Tensor, list[int], Drafted | None]] = []
-        for s, row in zip(scheduled, rows, strict=True):
-            seq = s.seq
-            seq.num_computed += s.num_new
-            if row is None:
-                self.blocks.commit(seq.request_id, seq.token_ids, seq.num_computed)
-            else:
-                ready.append((s, row[0], row[1], drafts.get(seq.request_id)))
-        if not ready:
-            return []
-        emitted, p_rows = verify_batch(
-            [ids for _, _, ids, _ in ready],
-            [r for _, r, _, _ in ready],
-            [d.tokens if d else [] for _, _, _, d in ready],
-            [d.q if d else None for _, _, _, d in ready],
-            [s.seq.params for s, _, _, _ in ready],
-            [s.seq.generator for s, _, _, _ in ready],
-        )
-        for (s, logits, _, d), out, p in zip(ready, emitted, p_rows, strict=True):
-            seq = s.seq
-            start = len(seq.token_ids) - (len(d.tokens) if d else 0)
-            keep = self._keep(seq, start, out)
-            if d is not None:
-                # Rejected drafts (and any cut after an EOS) leave every cache.
-                seq.truncate(start + keep - 1)
-                self.blocks.truncate(seq.request_id, start + keep - 1)
-                self.spec.rollback(seq.request_id, start + keep - 1)
-            self.blocks.commit(seq.request_id, seq.token_ids, seq.num_computed)
-            if seq.prefilling:
-                if s.num_new:  # freshly computed: keep it for an exact repeat
-                    self.logits_cache.put(seq.token_ids, logits[-1])
-                    self.blocks.cache_tail(seq.request_id, seq.token_ids)
-                seq.prefilling, seq.cached_logits = False, None
-            else:
-                stats.batch_size += 1
-            seq.append(out[keep - 1])
-            self._check_finished(seq, out[keep - 1])
-            stats.num_tokens += keep
-            if d is not None:
-                verified.append(Verified(seq, d, len(out), p))
-        return [s.seq for s, _, _, _ in ready]
+    def _postprocess(self, scheduled: list[Scheduled], verified: list[Verified]) -> int:
+        """Apply the step to every scheduled sequence: its computed tokens, the kept tokens
+        of a verification (rejected drafts leave every cache), its finish. Returns the
+        number of tokens emitted."""
+        for s in scheduled:
+            s.seq.num_computed += s.num_new
+        with_rows = {id(v.candidate.scheduled) for v in verified}
+        for s in scheduled:
+            if id(s) not in with_rows:  # a prompt chunk in the middle of the prompt
+                self.blocks.commit(s.seq.request_id, s.seq.token_ids, s.seq.num_computed)
+        return sum(self._apply(v) for v in verified)
+
+    def _apply(self, v: Verified) -> int:
+        seq, d, out = v.seq, v.drafted, v.emitted
+        start = len(seq.token_ids) - (len(d.tokens) if d else 0)
+        keep = self._keep(seq, start, out)
+        if d is not None:
+            seq.truncate(start + keep - 1)
+            self.blocks.truncate(seq.request_id, start + keep - 1)
+            self.spec.rollback(seq.request_id, start + keep - 1)
+        self.blocks.commit(seq.request_id, seq.token_ids, seq.num_computed)
+        if seq.prefilling:
+            if not v.candidate.from_cache:  # freshly computed: keep it for an exact repeat
+                self.logits_cache.put(seq.token_ids, v.candidate.logits[-1])
+                self.blocks.cache_tail(seq.request_id, seq.token_ids)
+            seq.prefilling = False
+        seq.append(out[keep - 1])
+        self._check_finished(seq, out[keep - 1])
+        return keep
 
     def _keep(self, seq: Sequence, start: int, out: list[int]) -> int:
         """How many of the emitted tokens stand: up to the first EOS, within max_tokens and
@@ -259,6 +268,42 @@ class LLMEngine(Engine):
         elif seq.num_output >= seq.params.max_tokens or len(seq.token_ids) >= self.scheduler.max_model_len:
             seq.finish("length")
 
+    def _feedback(self, drafter: Drafter | None, verified: list[Verified]) -> Feedback:
+        """Acceptance for telemetry; a failure here costs the drafters their state, not a request."""
+        try:
+            return self.spec.feedback(drafter, verified)
+        except Exception:
+            log.exception("counterfactual scoring failed; every drafter catches up again")
+            self.spec.reset()
+            return Feedback()
+
+    def _isolate(self, scheduled: list[Scheduled], lengths: list[int], exc: Exception) -> list[Sequence]:
+        """Undo a failed step for its scheduled sequences (see the module docstring); returns
+        the one that failed alone, now finished, or none."""
+        seqs = [s.seq for s in scheduled]
+        log.error("engine step failed on %d sequence(s): %r", len(seqs), exc, exc_info=exc)
+        if not seqs:
+            raise exc
+        for seq, n in zip(seqs, lengths, strict=True):
+            del seq.token_ids[n:]  # drafts, and any token this step appended
+            self.scheduler.preempt(seq)
+            self.spec.free(seq.request_id)
+            seq.suspect = len(seqs) > 1
+        if len(seqs) > 1:
+            return []
+        (seq,) = seqs
+        seq.fail(ErrorCode.ENGINE_ERROR, f"the engine failed on this request: {type(exc).__name__}: {exc}")
+        return [seq]
+
+    def _retire(self, touched: list[Sequence]) -> list[RequestOutput]:
+        """Drop finished sequences from every structure; one output per touched sequence."""
+        for seq in touched:
+            if seq.is_finished and self._seqs.get(seq.request_id) is seq:
+                del self._seqs[seq.request_id]
+                self.scheduler.remove(seq)
+                self.spec.free(seq.request_id)
+        return [self._output(seq) for seq in dict.fromkeys(touched)]
+
     def _output(self, seq: Sequence) -> RequestOutput:
         new = seq.output_token_ids[seq.num_reported :]
         seq.num_reported = seq.num_output
@@ -271,43 +316,54 @@ class LLMEngine(Engine):
             num_output_tokens=seq.num_output,
             cached_prompt_tokens=seq.num_cached_prompt,
             error=seq.error,
+            error_code=seq.error_code,
         )
 
-    # ------------------------------------------------------------------ the inbox
+    # ---------------------------------------------------- inbox and elastic memory
 
-    def _drain_inbox(self, touched: list[Sequence], stats: StepStats) -> None:
-        resizes = []
-        # Requests move from the inbox to _seqs under the lock, so has_unfinished() never
+    def _take_inbox(self) -> tuple[list[Sequence], list[MemoryEvent]]:
+        """Apply the queued commands: the sequences they finished and the resizes done."""
+        touched: list[Sequence] = []
+        resizes: list[int] = []
+        # Requests move from the inbox to _seqs under its lock, so has_unfinished() never
         # sees a request in neither place.
-        with self._lock:
-            for kind, arg in self._inbox:
-                if kind == "add":
-                    touched += self._add(arg)
-                elif kind == "abort":
-                    seq = self._seqs.pop(arg, None)
+        with self._inbox.take() as commands:
+            for cmd in commands:
+                if isinstance(cmd, AddRequest):
+                    touched += self._add(cmd.request)
+                elif isinstance(cmd, Abort):
+                    seq = self._seqs.pop(cmd.request_id, None)
                     if seq is not None:
                         self.scheduler.remove(seq)
                         self.spec.free(seq.request_id)
                         seq.finish("cancelled")
                         touched.append(seq)
-                elif kind == "decision":
-                    self._decision = arg
-                elif kind == "resize":
-                    resizes.append(arg)
-            self._inbox.clear()
-        for num_blocks in resizes:
-            stats.memory_events.append(self._resize(num_blocks))
+                elif isinstance(cmd, ApplyDecision):
+                    self._decision = cmd.decision
+                else:
+                    resizes.append(cmd.num_blocks)
+        return touched, [self._resize(n) for n in resizes]
 
     def _add(self, req: EngineRequest) -> list[Sequence]:
         seq = Sequence(req.request_id, list(req.prompt_token_ids), req.params, req.priority, req.arrival_time)
         if not seq.prompt_token_ids or req.request_id in self._seqs:
-            seq.finish("error", "empty prompt" if not seq.prompt_token_ids else "duplicate request id")
+            seq.fail(
+                ErrorCode.BAD_REQUEST, "empty prompt" if not seq.prompt_token_ids else "duplicate request id"
+            )
             return [seq]
         self._seqs[seq.request_id] = seq
         self.scheduler.add(seq)
         return []
 
-    def _resize(self, num_blocks: int) -> dict[str, Any]:
+    def _apply_memory(self) -> list[MemoryEvent]:
+        """Advance elastic memory by the plan it returns (drafters' state, the pool size)."""
+        plan = self.memory.plan(bool(self._decision and self._decision.offload), self.blocks.num_blocks)
+        if plan.release_drafters:
+            self.spec.reset()
+        resized = self._resize(plan.resize_to) if plan.resize_to is not None else None
+        return self.memory.record(plan, resized)
+
+    def _resize(self, num_blocks: int) -> MemoryEvent:
         t0 = time.perf_counter()
         old, preempted = self.blocks.num_blocks, 0
         while True:
@@ -322,17 +378,17 @@ class LLMEngine(Engine):
                 self.spec.free(victim.request_id)
                 preempted += 1
         self.runner.cache.resize(num_blocks, moves)
-        self.scheduler.max_model_len = self._max_model_len()
-        return {
-            "kind": "kv_resize",
-            "seconds": time.perf_counter() - t0,
-            "from_blocks": old,
-            "to_blocks": num_blocks,
-            "moved_blocks": len(moves),
-            "preempted": preempted,
-        }
+        self.scheduler.max_model_len = self._context_limit()
+        return MemoryEvent(
+            kind="kv_resize",
+            seconds=time.perf_counter() - t0,
+            from_blocks=old,
+            to_blocks=num_blocks,
+            moved_blocks=len(moves),
+            preempted=preempted,
+        )
 
-    def _max_model_len(self) -> int:
+    def _context_limit(self) -> int:
         # One block stays spare so a copy-on-write never finds the pool exactly full.
         capacity = (self.runner.cache.num_blocks - 1) * self.config.block_size
         limits = [self.runner.config.max_model_len, capacity]

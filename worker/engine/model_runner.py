@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from worker.engine.attention import plan_group
+from worker.engine.config import DEFAULT_KV_BYTES
 from worker.engine.kv_cache import KVCache, blocks_for_budget
 from worker.engine.model import DecoderModel
 from worker.engine.model_config import ModelConfig
@@ -43,7 +44,7 @@ class ModelRunner:
         dtype: torch.dtype,
         num_blocks: int | None = None,
         memory_budget_bytes: int | None = None,
-        default_kv_bytes: int = 1 << 30,
+        default_kv_bytes: int = DEFAULT_KV_BYTES,
     ) -> None:
         self.config, self.block_size = config, block_size
         self.device, self.dtype = device, dtype

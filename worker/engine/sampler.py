@@ -4,13 +4,17 @@ Filtering is batched over rows; each draw uses its request's own ``torch.Generat
 (seeded from ``params.seed``), so a seeded request gets the same tokens whatever else is in
 the batch. ``filtered_probs`` is also what speculative rejection sampling needs as the
 target distribution.
+
+Guards (a request must never crash the engine): a positive temperature is raised to
+``TEMPERATURE_FLOOR`` (float32 would turn 1e-300 into 0 and the logits into inf/NaN), and
+probabilities that are not finite raise a ``ValueError`` that the engine fails alone.
 """
 
 from __future__ import annotations
 
 import torch
 
-from shared.schemas import SamplingParams
+from shared.schemas import TEMPERATURE_FLOOR, SamplingParams
 
 
 def new_generator(params: SamplingParams) -> torch.Generator:
@@ -25,7 +29,9 @@ def new_generator(params: SamplingParams) -> torch.Generator:
 def filtered_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
     """``[N, V]`` fp32 probabilities after temperature, top-k and top-p (rows sampled)."""
     x = logits.float()
-    temps = torch.tensor([p.temperature for p in params], device=x.device).unsqueeze(1)
+    temps = torch.tensor([max(p.temperature, TEMPERATURE_FLOOR) for p in params], device=x.device).unsqueeze(
+        1
+    )
     x = x / temps
     top_k = [p.top_k if 0 < p.top_k < x.shape[1] else 0 for p in params]
     if any(top_k):
@@ -48,6 +54,8 @@ def filtered_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.
         drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
         probs = probs.masked_fill(drop, 0.0)
         probs = probs / probs.sum(dim=1, keepdim=True)
+    if not bool(torch.isfinite(probs).all()):
+        raise ValueError("the model's logits gave probabilities that are not finite")
     return probs
 
 

@@ -7,15 +7,15 @@ preempted by recompute: its blocks are freed and it waits again, ahead of later 
 with prompt + generated tokens to recompute (the prefix cache often still holds them).
 Waiting sequences are then admitted in order while the token budget, the sequence limit
 and the free blocks allow; the first that does not fit stops admission (no overtaking).
+
+Suspects (``Sequence.suspect``: they were in a batch the engine failed on) run alone, one at
+a time and nothing beside them, until the engine clears or fails each one; see engine.py.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
 from dataclasses import dataclass, field
-
-import torch
 
 from worker.engine.block_manager import BlockManager
 from worker.engine.sequence import Sequence, Status
@@ -24,8 +24,13 @@ from worker.engine.sequence import Sequence, Status
 @dataclass
 class Scheduled:
     seq: Sequence
-    num_new: int  # tokens to compute this step (0: an exact repeat sampled from stored logits)
+    num_new: int  # tokens to compute this step (drafts, once appended, count too)
     num_lookahead: int = 0  # extra slots reserved after them for draft tokens to verify
+    exact: bool = False  # admitted with every token's KV already cached (an exact repeat)
+    prefill: bool = field(init=False)  # the sequence is (re)computing its tokens this step
+
+    def __post_init__(self) -> None:
+        self.prefill = self.seq.prefilling
 
 
 @dataclass
@@ -34,25 +39,15 @@ class SchedulerOutput:
     preempted: list[Sequence] = field(default_factory=list)
     rejected: list[Sequence] = field(default_factory=list)  # finished here (cannot ever fit)
 
-    @property
-    def num_tokens(self) -> int:
-        return sum(s.num_new for s in self.scheduled)
-
 
 class Scheduler:
     def __init__(
-        self,
-        blocks: BlockManager,
-        max_num_seqs: int,
-        max_num_batched_tokens: int,
-        max_model_len: int,
-        lookup_logits: Callable[[list[int]], torch.Tensor | None],
+        self, blocks: BlockManager, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int
     ) -> None:
         self.blocks = blocks
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
-        self.lookup_logits = lookup_logits
         self.waiting: list[Sequence] = []  # sorted by Sequence.sort_key
         self.running: list[Sequence] = []
 
@@ -80,6 +75,9 @@ class Scheduler:
         """Plan one step. ``num_lookahead`` (γ) reserves up to that many more slots (and
         budget tokens) after each decoding sequence's last token, for drafts to be verified;
         fewer where γ+1 emitted tokens would pass max_tokens or the longest context."""
+        suspect = self._next_suspect()
+        if suspect is not None:
+            return self._schedule_alone(suspect, num_lookahead)
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
         for seq in sorted(self.running, key=Sequence.sort_key):
@@ -88,67 +86,111 @@ class Scheduler:
             n = min(seq.num_uncomputed, budget)
             if n == 0:
                 break
-            extra = 0
-            if not seq.prefilling and num_lookahead:
-                # All γ drafts accepted emit γ+1 tokens: stay within max_tokens and the context.
-                room = min(self.max_model_len - len(seq.token_ids), seq.params.max_tokens - seq.num_output)
-                extra = max(0, min(num_lookahead, budget - n, room - 1))
-            end = seq.num_computed + n + extra
-            while not self.blocks.allocate(seq.request_id, seq.num_computed, end):
-                # Scheduled sequences sort before seq, so the victim is never one of them.
-                victim = max(self.running, key=Sequence.sort_key)
-                self.preempt(victim)
-                out.preempted.append(victim)
-                if victim is seq:
-                    break
-            else:
-                out.scheduled.append(Scheduled(seq, n, extra))
-                budget -= n + extra
+            budget -= self._schedule_running(seq, n, num_lookahead, budget, out)
         if out.preempted:
             return out  # blocks are short: admitting more now would only thrash
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
-            if len(seq.token_ids) >= self.max_model_len:
-                self.waiting.pop(0)
-                self._reject(seq)
-                out.rejected.append(seq)
+            if self._rejected(seq, out):
                 continue
-            chunk = self._admit(seq, budget)
-            if chunk is None:
+            s = self._admit(seq, budget)
+            if s is None:
                 break
-            self.waiting.pop(0)
-            seq.status = Status.RUNNING
-            self.running.append(seq)
-            out.scheduled.append(Scheduled(seq, chunk))
-            budget -= chunk
+            out.scheduled.append(s)
+            budget -= s.num_new
         return out
 
-    def _admit(self, seq: Sequence, budget: int) -> int | None:
-        """Attach cached blocks and allocate the first chunk; None if it does not fit now."""
-        tokens = seq.token_ids
-        matched = self.blocks.match_prefix(seq.request_id, tokens)
-        logits = self.lookup_logits(tokens) if matched == len(tokens) else None
-        seq.num_computed = len(tokens) if logits is not None else min(matched, len(tokens) - 1)
-        n = min(seq.num_uncomputed, budget)
-        if n and not self.blocks.allocate(seq.request_id, seq.num_computed, seq.num_computed + n):
-            self.blocks.free(seq.request_id)
-            self.blocks.forget_query(len(tokens), matched)
-            seq.num_computed = 0
-            return None
-        seq.cached_logits = logits
-        seq.prefilling = True
-        if not seq.admitted:
-            seq.admitted = True
-            seq.num_cached_prompt = min(matched, seq.num_prompt)
-        return n
+    def _schedule_running(
+        self, seq: Sequence, n: int, lookahead: int, budget: int, out: SchedulerOutput
+    ) -> int:
+        """Schedule ``n`` tokens (+ draft slots) of a running sequence, preempting the newest
+        running sequences while blocks are short; the budget used (0 if ``seq`` itself went)."""
+        extra = 0
+        if not seq.prefilling and lookahead:
+            # All γ drafts accepted emit γ+1 tokens: stay within max_tokens and the context.
+            room = min(self.max_model_len - len(seq.token_ids), seq.params.max_tokens - seq.num_output)
+            extra = max(0, min(lookahead, budget - n, room - 1))
+        end = seq.num_computed + n + extra
+        while not self.blocks.allocate(seq.request_id, seq.num_computed, end):
+            # Scheduled sequences sort before seq, so the victim is never one of them.
+            victim = max(self.running, key=Sequence.sort_key)
+            self.preempt(victim)
+            out.preempted.append(victim)
+            if victim is seq:
+                return 0
+        out.scheduled.append(Scheduled(seq, n, extra))
+        return n + extra
 
-    def _reject(self, seq: Sequence) -> None:
+    def _next_suspect(self) -> Sequence | None:
+        running = [s for s in self.running if s.suspect]
+        if running:
+            return running[0]
+        return next((s for s in self.waiting if s.suspect), None)
+
+    def _schedule_alone(self, seq: Sequence, lookahead: int) -> SchedulerOutput:
+        """Only ``seq`` this step; other running sequences give up their blocks if it needs them."""
+        out = SchedulerOutput()
+        budget = self.max_num_batched_tokens
+        if seq.status is Status.RUNNING:
+            n = min(seq.num_uncomputed, budget)
+            while not self._fits(seq, n) and len(self.running) > 1:
+                self._preempt_newest_but(seq, out)
+            self._schedule_running(seq, n, lookahead, budget, out)
+            return out
+        if self._rejected(seq, out):
+            return out
+        while self.running and len(self.running) >= self.max_num_seqs:
+            self._preempt_newest_but(seq, out)
+        while (s := self._admit(seq, budget)) is None and self.running:
+            self._preempt_newest_but(seq, out)
+        if s is not None:
+            out.scheduled.append(s)
+        return out
+
+    def _fits(self, seq: Sequence, n: int) -> bool:
+        needed = self.blocks.blocks_needed(seq.request_id, seq.num_computed, seq.num_computed + n)
+        return needed <= self.blocks.num_free_blocks
+
+    def _preempt_newest_but(self, seq: Sequence, out: SchedulerOutput) -> None:
+        victim = max((s for s in self.running if s is not seq), key=Sequence.sort_key)
+        self.preempt(victim)
+        out.preempted.append(victim)
+
+    def _rejected(self, seq: Sequence, out: SchedulerOutput) -> bool:
+        """Finish a waiting sequence (the first) that no cache of this size can ever hold."""
+        if len(seq.token_ids) < self.max_model_len:
+            return False
+        self.waiting.remove(seq)
         self.blocks.free(seq.request_id)
         if seq.num_output > 0:
             seq.finish("length")  # grew to the largest context this cache can hold
         else:
-            seq.finish(
-                "error",
+            seq.fail(
+                "context_length_exceeded",
                 f"prompt of {seq.num_prompt} tokens does not fit: this engine serves at most "
                 f"{self.max_model_len} tokens per sequence (prompt + output)",
             )
+        out.rejected.append(seq)
+        return True
+
+    def _admit(self, seq: Sequence, budget: int) -> Scheduled | None:
+        """Attach cached blocks and allocate the first chunk; None if it does not fit now.
+        The last token is always computed again unless the engine serves an exact repeat
+        (every token's KV cached: ``Scheduled.exact``) from stored logits."""
+        tokens = seq.token_ids
+        matched = self.blocks.match_prefix(seq.request_id, tokens)
+        seq.num_computed = min(matched, len(tokens) - 1)
+        n = min(seq.num_uncomputed, budget)
+        if not self.blocks.allocate(seq.request_id, seq.num_computed, seq.num_computed + n):
+            self.blocks.free(seq.request_id)
+            self.blocks.forget_query(len(tokens), matched)
+            seq.num_computed = 0
+            return None
+        self.waiting.remove(seq)
+        seq.status = Status.RUNNING
+        self.running.append(seq)
+        seq.prefilling = True
+        if not seq.admitted:
+            seq.admitted = True
+            seq.num_cached_prompt = min(matched, seq.num_prompt)
+        return Scheduled(seq, n, exact=matched == len(tokens))

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from shared.schemas import SamplingParams
+from shared.errors import ErrorCode
+from shared.schemas import FinishReason, SamplingParams
 from worker.engine.sampler import new_generator
 
 _order = itertools.count()
@@ -39,10 +40,11 @@ class Sequence:
     num_cached_prompt: int = 0  # prompt tokens the prefix cache served at first admission
     admitted: bool = False  # has been scheduled at least once
     prefilling: bool = False  # (re)admitted and not sampled since: its prompt is being computed
-    cached_logits: torch.Tensor | None = None  # next-token logits of an exact prompt repeat
+    suspect: bool = False  # was in a batch the engine failed on: runs alone until cleared
     generator: torch.Generator | None = None
-    finish_reason: str | None = None
+    finish_reason: FinishReason | None = None
     error: str | None = None
+    error_code: ErrorCode | None = None
     num_reported: int = 0  # output tokens already handed to the caller
     order: int = field(default_factory=lambda: next(_order))
 
@@ -90,9 +92,13 @@ class Sequence:
         """Preempted: its cache is gone, so everything is computed again on readmission."""
         self.status = Status.WAITING
         self.num_computed = 0
-        self.cached_logits = None
+        self.finish_reason = None
 
-    def finish(self, reason: str, error: str | None = None) -> None:
+    def finish(self, reason: FinishReason) -> None:
         self.status = Status.FINISHED
         self.finish_reason = reason
-        self.error = error
+
+    def fail(self, code: ErrorCode | str, message: str) -> None:
+        """Finish with reason "error": ``code`` says whose fault (shared/errors.py)."""
+        self.finish("error")
+        self.error_code, self.error = ErrorCode(code), message

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from planner.policies.buckets import ALL, Buckets, upper_bounds
+from planner.policies.buckets import Buckets, upper_bounds
 from planner.sim.worker import gamma_for
+from shared.schemas import ALL_BATCHES
 
 
 def test_schemes() -> None:
-    assert upper_bounds("pow2") == [1, 2, 4, 8, 16, 32, 64, 128, 256, ALL]
-    assert upper_bounds("pairs") == [2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, ALL]
-    assert upper_bounds([4, 32]) == [4, 32, ALL]
+    assert upper_bounds("pow2") == [1, 2, 4, 8, 16, 32, 64, 128, 256, ALL_BATCHES]
+    assert upper_bounds("pairs") == [2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, ALL_BATCHES]
+    assert upper_bounds([4, 32]) == [4, 32, ALL_BATCHES]
     with pytest.raises(ValueError):
         upper_bounds([4, 4])
     with pytest.raises(ValueError):
@@ -29,7 +30,7 @@ def test_index_and_representative() -> None:
 def test_table_merges_neighbours_and_matches_lookup() -> None:
     b = Buckets([2, 8])
     table = b.table([3, 3, 0])
-    assert table == [(8, 3), (ALL, 0)]
+    assert table == [(8, 3), (ALL_BATCHES, 0)]
     assert [gamma_for(table, x) for x in (1, 8, 9)] == [3, 3, 0]
     with pytest.raises(ValueError):
         b.table([1, 2])

@@ -1,4 +1,4 @@
-"""BlockManager: tables, exact prefix reuse, copy-on-write, fork, truncate, resize."""
+"""BlockManager: tables, exact prefix reuse, copy-on-write, truncate, resize, integrity."""
 
 from __future__ import annotations
 
@@ -95,20 +95,6 @@ def test_lru_eviction_only_when_blocks_are_needed() -> None:
     assert bm.match_prefix("f", list(range(8))) == 0
 
 
-def test_fork_shares_and_both_copy_before_writing() -> None:
-    bm = BlockManager(8, BS)
-    assert bm.allocate("p", 0, 6)
-    bm.fork("p", "c")
-    assert bm.table("c") == bm.table("p")
-    assert all(bm.pool.blocks[b].ref_count == 2 for b in bm.table("p"))
-    assert bm.allocate("c", 6, 7)
-    assert bm.table("c")[1] != bm.table("p")[1] and bm.table("c")[0] == bm.table("p")[0]
-    src, dst = bm.take_copies()[0]
-    assert (src, dst) == (bm.table("p")[1], bm.table("c")[1])
-    assert bm.allocate("p", 6, 7)  # now alone on its block: writes in place
-    assert bm.take_copies() == []
-
-
 def test_truncate_frees_the_tail_and_rewrites_in_place() -> None:
     bm = BlockManager(8, BS)
     tokens = list(range(6))
@@ -163,3 +149,29 @@ def test_resize_refuses_when_live_blocks_exceed_the_new_size() -> None:
     with pytest.raises(ValueError):
         bm.resize(4)
     assert bm.num_blocks == 8 and len(bm.table("a")) == 6
+
+
+def test_copy_of_a_frozen_block_ends_the_frozen_prefix() -> None:
+    """An exact repeat of a block-aligned prompt recomputes its last token into a private copy
+    of the last frozen block; the next block must then chain to that copy, not be frozen as if
+    it had no parent (which made its KV findable as the *first* block of other prompts)."""
+    bm = BlockManager(16, BS)
+    prompt = list(range(8))
+    computed(bm, "a", prompt)
+    bm.free("a")
+    assert bm.match_prefix("b", prompt) == 8
+    assert bm.allocate("b", 7, 12)  # rewrite position 7 (copy of block 1), then 8..11
+    bm.take_copies()
+    tokens = [*prompt, 20, 21, 22, 23]
+    bm.commit("b", tokens, 12)
+    bm.check_integrity()
+    assert bm.match_prefix("c", [20, 21, 22, 23, 5]) == 0  # block 2's tokens are not a first block
+
+
+def test_check_integrity_catches_unbalanced_books() -> None:
+    bm = BlockManager(8, BS)
+    computed(bm, "a", list(range(6)))
+    bm.check_integrity()
+    bm.pool.blocks[bm.table("a")[0]].ref_count += 1
+    with pytest.raises(AssertionError, match="ref_count"):
+        bm.check_integrity()

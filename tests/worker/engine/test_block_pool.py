@@ -54,7 +54,7 @@ def test_evicted_block_is_forgotten() -> None:
     assert pool.lookup(None, ROOT_UID, (5,)) == a
     assert pool.take() == a
     assert pool.lookup(None, ROOT_UID, (5,)) is None
-    assert not pool.blocks[a].frozen and pool.num_cached == 0
+    assert not pool.blocks[a].frozen and not pool.registry
 
 
 def test_shrink_moves_live_blocks_and_keeps_their_registration() -> None:

@@ -12,9 +12,9 @@ import pytest
 from shared.schemas import SamplingParams
 from tests.worker.engine.drive import drive
 from tests.worker.engine.tiny import ARCHS, VOCAB, hf_greedy, hf_model
-from worker.engine import load_engine
 from worker.engine.api import EngineRequest
 from worker.engine.engine import LLMEngine
+from worker.engine.loader import load_engine
 
 NEW = 16
 
@@ -135,8 +135,8 @@ def test_resizing_the_cache_mid_run_keeps_outputs_exact(llama_dir: Path, referen
         events += result.stats.memory_events
         for out in result.outputs:
             tokens.setdefault(out.request_id, []).extend(out.new_token_ids)
-    assert [e["to_blocks"] for e in events] == [40, 300]
-    assert events[0]["moved_blocks"] > 0
+    assert [e.to_blocks for e in events] == [40, 300]
+    assert events[0].moved_blocks > 0
     assert engine.runner.cache.num_blocks == 300
     check_exact(tokens, references)
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from tests.tiny_models import build_llama
-from worker.engine import load_engine
 from worker.engine.kv_cache import bytes_per_block
+from worker.engine.loader import load_engine
 
 
 def test_one_budget_gives_every_pool_the_same_block_count(spec_models: dict[str, Path]) -> None:

@@ -19,8 +19,8 @@ import torch
 from shared.schemas import SamplingParams
 from tests.worker.engine.drive import drive
 from tests.worker.engine.tiny import hf_greedy, hf_model
-from worker.engine import load_engine
 from worker.engine.api import EngineRequest
+from worker.engine.loader import load_engine
 from worker.engine.model_runner import ForwardItem
 
 ROOT = Path(__file__).resolve().parents[3]

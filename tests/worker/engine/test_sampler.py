@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from shared.schemas import SamplingParams
@@ -77,3 +78,12 @@ def test_greedy_and_sampled_rows_mix() -> None:
     logits = torch.tensor([[0.0, 9.0], [9.0, 0.0]])
     params = [SamplingParams(temperature=1.0, top_k=1, seed=1), SamplingParams()]
     assert sample(logits, params, [new_generator(params[0]), None]) == [1, 0]
+
+
+def test_a_vanishing_temperature_is_floored_and_bad_logits_raise() -> None:
+    logits = torch.tensor([[0.0, 1.0, 0.5]])
+    tiny = SamplingParams.model_construct(temperature=1e-300)  # past any validator: float32 makes it 0
+    probs = filtered_probs(logits, [tiny])
+    assert torch.isfinite(probs).all() and int(probs.argmax()) == 1
+    with pytest.raises(ValueError, match="not finite"):
+        filtered_probs(torch.tensor([[float("nan"), 1.0, 0.0]]), [SamplingParams(temperature=1.0)])

@@ -11,7 +11,7 @@ BS = 4
 
 
 def make(num_blocks: int = 64, seqs: int = 8, tokens: int = 16, max_len: int = 1000) -> Scheduler:
-    return Scheduler(BlockManager(num_blocks, BS), seqs, tokens, max_len, lambda _: None)
+    return Scheduler(BlockManager(num_blocks, BS), seqs, tokens, max_len)
 
 
 def seq(name: str, length: int, priority: int = 0, arrival: float = 0.0) -> Sequence:

@@ -1,9 +1,12 @@
 """Elastic memory: the model drafters' weights and KV pools give way to the target's KV pool.
 
 One budget holds the target's weights, the resident drafters (weights + their KV pools) and
-the target's KV blocks. ``update(want_offload)`` runs at the start of every step, before
-anything is scheduled, so every cache is consistent (drafts of the last step were rolled
-back there), and the engine runs γ = 0 whenever ``resident`` is False:
+the target's KV blocks. At the start of every step, before anything is scheduled (so every
+cache is consistent: drafts of the last step were rolled back there), the engine asks
+``plan(want_offload, num_blocks)`` for a ``MemoryPlan``, applies it (drops the drafters'
+per-sequence state, resizes its own KV pool) and hands the resize's outcome to ``record``,
+which returns the moves completed now. ElasticMemory never touches the target's pool itself.
+The engine runs γ = 0 whenever ``resident`` is False:
 
     resident ──offload──▶ offloading ──weights on host──▶ offloaded ──reload──▶ reloading ──▶ resident
 
@@ -15,18 +18,19 @@ back there), and the engine runs γ = 0 whenever ``resident`` is False:
   the weights back in the background; when they are in, the drafters get fresh KV pools and
   catch up on their next draft (the switching cost).
 
-Each completed move is one ``memory_events`` entry: kind ("offload" / "reload"), seconds of
-the weight move (start to completion), kv_seconds of the pool resize, bytes handed over, and
-the target's blocks before and after (with moved blocks and preemptions).
+Each completed move is one ``MemoryEvent`` (shared/schemas.py): kind ("offload" / "reload"),
+seconds of the weight move (start to completion), kv_seconds of the pool resize, bytes
+handed over, and the target's blocks before and after (with moved blocks and preemptions).
+At most one resize per step: an offload that completes while the decision already asks for
+the drafters back starts the reload at the next step.
 """
 
 from __future__ import annotations
 
 import enum
-import time
-from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
 
+from shared.schemas import MemoryEvent
 from worker.engine.spec.model_drafter import ModelDrafter
 from worker.engine.spec.residency import WeightMover
 
@@ -38,86 +42,81 @@ class Residency(enum.Enum):
     RELOADING = "reloading"
 
 
+@dataclass(frozen=True)
+class MemoryPlan:
+    """What the engine does for elastic memory at the start of a step, in this order."""
+
+    release_drafters: bool = False  # drop every drafter's per-sequence state (an offload starts)
+    resize_to: int | None = None  # then resize the target's KV pool to this many blocks
+    finished: MemoryEvent | None = None  # a move that completed without a resize (a reload)
+
+
 class ElasticMemory:
-    def __init__(
-        self,
-        drafters: list[ModelDrafter],
-        block_bytes: int,
-        num_blocks: Callable[[], int],
-        resize: Callable[[int], dict[str, Any]],
-        on_release: Callable[[], None],
-    ) -> None:
-        """``num_blocks`` and ``resize`` read and resize the target's KV pool (resize returns
-        its event: moved blocks, preemptions); ``on_release`` drops the drafters' state."""
+    def __init__(self, drafters: list[ModelDrafter], block_bytes: int) -> None:
         self.drafters = drafters
         self.movers = [WeightMover(d.runner.model) for d in drafters]
         self.block_bytes = block_bytes
-        self.num_blocks, self.resize, self.on_release = num_blocks, resize, on_release
         self.state = Residency.RESIDENT
         self.bytes = sum(d.weight_bytes + d.kv_bytes for d in drafters)  # what an offload frees
         self.extra_blocks = 0  # target blocks gained by the offload in force
-        self._pending: dict[str, Any] = {}  # the event of the move under way
+        self._reload: MemoryEvent | None = None  # the pool shrink of the reload under way
+        self._seconds = 0.0  # the weight move that completed in this plan
 
     @property
     def resident(self) -> bool:
         return self.state is Residency.RESIDENT
 
-    def update(self, want_offload: bool) -> list[dict[str, Any]]:
-        """Advance the state machine one step; returns the moves completed now."""
-        events = []
-        if self.state is Residency.OFFLOADING and all(m.done() for m in self.movers):
-            events.append(self._finish_offload())
-        elif self.state is Residency.RELOADING and all(m.done() for m in self.movers):
-            events.append(self._finish_reload())
+    def plan(self, want_offload: bool, num_blocks: int) -> MemoryPlan:
+        """Advance the state machine one step (``num_blocks``: the target's pool now)."""
+        if self.state is Residency.OFFLOADING and self._moved():
+            return self._grow(num_blocks)
+        finished = None
+        if self.state is Residency.RELOADING and self._moved():
+            for d in self.drafters:
+                d.restore_kv()
+            self.state = Residency.RESIDENT
+            assert self._reload is not None
+            finished, self._reload = self._reload.model_copy(update={"seconds": self._seconds}), None
         if not self.drafters:
-            return events
+            return MemoryPlan(finished=finished)
         if self.state is Residency.RESIDENT and want_offload:
-            self._start_offload()
-            if all(m.done() for m in self.movers):  # a CPU offload completes at once
-                events.append(self._finish_offload())
-        elif self.state is Residency.OFFLOADED and not want_offload:
-            self._start_reload()
+            for d in self.drafters:
+                d.release_kv()
+            for m in self.movers:
+                m.start(to_host=True)
+            self.state = Residency.OFFLOADING
+            if self._moved():  # a CPU offload completes at once
+                return MemoryPlan(True, self._grow(num_blocks).resize_to, finished)
+            return MemoryPlan(release_drafters=True, finished=finished)
+        if self.state is Residency.OFFLOADED and not want_offload:
+            self.state = Residency.RELOADING
+            return MemoryPlan(resize_to=max(2, num_blocks - self.extra_blocks), finished=finished)
+        return MemoryPlan(finished=finished)
+
+    def record(self, plan: MemoryPlan, resized: MemoryEvent | None) -> list[MemoryEvent]:
+        """The moves completed by ``plan``, given its resize's outcome (a ``kv_resize``
+        event); starts the reload's weight copy once the pool has shrunk."""
+        events = [plan.finished] if plan.finished else []
+        if resized is None:
+            return events
+        move = resized.model_copy(update={"kv_seconds": resized.seconds, "bytes": self.bytes})
+        if self.state is Residency.OFFLOADED:
+            events.append(move.model_copy(update={"kind": "offload", "seconds": self._seconds}))
+        elif self.state is Residency.RELOADING:
+            self.extra_blocks = 0
+            self._reload = move.model_copy(update={"kind": "reload"})
+            for m in self.movers:
+                m.start(to_host=False)
         return events
 
-    def _start_offload(self) -> None:
-        self.on_release()
-        for d in self.drafters:
-            d.release_kv()
-        for m in self.movers:
-            m.start(to_host=True)
-        self.state = Residency.OFFLOADING
+    def _moved(self) -> bool:
+        """Whether every weight move under way is done (and, if so, swap the copies in)."""
+        if not all(m.done() for m in self.movers):
+            return False
+        self._seconds = max((m.finish() for m in self.movers if m.moving), default=0.0)
+        return True
 
-    def _finish_offload(self) -> dict[str, Any]:
-        seconds = max(m.finish() for m in self.movers)
-        before = self.num_blocks()
+    def _grow(self, num_blocks: int) -> MemoryPlan:
         self.extra_blocks = self.bytes // self.block_bytes
-        t0 = time.perf_counter()
-        grown = self.resize(before + self.extra_blocks)
         self.state = Residency.OFFLOADED
-        return {
-            "kind": "offload", "seconds": seconds, "kv_seconds": time.perf_counter() - t0,
-            "bytes": self.bytes, "from_blocks": before, "to_blocks": grown["to_blocks"],
-            "moved_blocks": 0, "preempted": 0,
-        }  # fmt: skip
-
-    def _start_reload(self) -> None:
-        before = self.num_blocks()
-        t0 = time.perf_counter()
-        shrunk = self.resize(max(2, before - self.extra_blocks))
-        self._pending = {
-            "kind": "reload", "kv_seconds": time.perf_counter() - t0, "bytes": self.bytes,
-            "from_blocks": before, "to_blocks": shrunk["to_blocks"],
-            "moved_blocks": shrunk["moved_blocks"], "preempted": shrunk["preempted"],
-        }  # fmt: skip
-        self.extra_blocks = 0
-        for m in self.movers:
-            m.start(to_host=False)
-        self.state = Residency.RELOADING
-
-    def _finish_reload(self) -> dict[str, Any]:
-        seconds = max(m.finish() for m in self.movers)
-        for d in self.drafters:
-            d.restore_kv()
-        self.state = Residency.RESIDENT
-        event, self._pending = {**self._pending, "seconds": seconds}, {}
-        return event
+        return MemoryPlan(resize_to=num_blocks + self.extra_blocks)

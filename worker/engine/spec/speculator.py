@@ -12,35 +12,39 @@ target forward and verification, ``rollback`` drops rejected drafts from every d
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-import torch
-
-from shared.schemas import Decision
-from worker.engine.api import StepStats
+from shared.schemas import Decision, SwitchCostEvent
+from worker.engine.records import Drafted, Verified
 from worker.engine.scheduler import Scheduled
-from worker.engine.sequence import Sequence
 from worker.engine.spec.drafter import Drafter
 from worker.engine.spec.memory import ElasticMemory
 from worker.engine.spec.pool import DrafterPool
 
 
 @dataclass
-class Drafted:
-    """One decoding sequence's drafts of this step."""
+class DraftRound:
+    """What drafting did this step."""
 
-    start: int  # tokens before the drafts (L): the first emitted token lands at position L
-    tokens: list[int]
-    q: torch.Tensor | None  # [len(tokens), V] draft probabilities (sampled sequences; None: point mass)
-    requested: int  # γ reserved for it
+    drafts: dict[str, Drafted] = field(default_factory=dict)  # request id -> its drafts
+    drafter: str | None = None  # the drafter that drafted (None: nothing was drafted)
+    switch_cost: SwitchCostEvent | None = None  # its catch-up, when it had any
+    seconds: float = 0.0  # the proposal forwards
+
+    @property
+    def proposed(self) -> int:
+        return sum(len(d.tokens) for d in self.drafts.values())
 
 
 @dataclass
-class Verified:
-    seq: Sequence
-    drafted: Drafted
-    emitted: int  # tokens verification produced (accepted drafts + 1)
-    p: torch.Tensor | None  # warped target probabilities at the emitted positions (sampled)
+class Feedback:
+    """Acceptance of the step's drafts, realised and counterfactual."""
+
+    accepted: int = 0
+    counterfactual: dict[str, float] = field(default_factory=dict)  # drafter -> acceptance rate
+    seconds: float = 0.0  # counterfactual scoring
+    drafts: int = 0  # sequences whose drafts were verified
+    per_pos: list[int] = field(default_factory=list)  # accepted drafts at each draft position
 
 
 class Speculator:
@@ -53,32 +57,25 @@ class Speculator:
         gamma = max(0, min(decision.gamma_for(batch), self.max_gamma))
         return (gamma, self.pool.resolve(decision.drafter)) if gamma else (0, None)
 
-    def draft(
-        self, drafter: Drafter | None, scheduled: list[Scheduled], stats: StepStats
-    ) -> dict[str, Drafted]:
+    def draft(self, drafter: Drafter | None, scheduled: list[Scheduled]) -> DraftRound:
         """Drafts for every decoding sequence (appended to its tokens, counted in num_new)."""
-        decoding = [s for s in scheduled if not s.seq.prefilling and s.num_new > 0]
+        decoding = [s for s in scheduled if not s.prefill]
         if self.pool is None or not decoding:
-            return {}
+            return DraftRound()
         if drafter is None:
             self.pool.last_active = None  # γ = 0 ran: every drafter falls behind
-            return {}
+            return DraftRound()
         seqs = [s.seq for s in decoding]
-        event = self.pool.catch_up(drafter, seqs)
-        if event is not None:
-            stats.switch_costs.append(event)
+        switch_cost = self.pool.catch_up(drafter, seqs)
         t0 = time.perf_counter()
         proposal = drafter.propose(seqs, [s.num_lookahead for s in decoding])
-        out = {}
+        drafts = {}
         for s, tokens, q in zip(decoding, proposal.tokens, proposal.probs, strict=True):
-            out[s.seq.request_id] = Drafted(len(s.seq.token_ids), tokens, q, s.num_lookahead)
+            drafts[s.seq.request_id] = Drafted(len(s.seq.token_ids), tokens, q, s.num_lookahead)
             s.seq.token_ids.extend(tokens)
             s.num_new += len(tokens)
         self.pool.last_active = drafter.name
-        stats.draft_time = time.perf_counter() - t0
-        stats.drafter = drafter.name
-        stats.proposed = sum(len(d.tokens) for d in out.values())
-        return out
+        return DraftRound(drafts, drafter.name, switch_cost, time.perf_counter() - t0)
 
     def rollback(self, seq_id: str, num_tokens: int) -> None:
         if self.pool is not None:
@@ -88,27 +85,38 @@ class Speculator:
         if self.pool is not None:
             self.pool.free(seq_id)
 
-    def feedback(self, drafter: Drafter, verified: list[Verified], stats: StepStats) -> None:
+    def reset(self) -> None:
+        """Drop every drafter's per-sequence state (each catches up at its next draft)."""
+        if self.pool is not None:
+            self.pool.reset()
+
+    def feedback(self, drafter: Drafter | None, verified: list[Verified]) -> Feedback:
         """Realised acceptance of ``drafter`` and, when due, every other drafter's
         counterfactual acceptance on the same verified tokens."""
-        if self.pool is None or not verified:
-            return
+        drafted = [v for v in verified if v.drafted is not None]
+        if self.pool is None or drafter is None or not drafted:
+            return Feedback()
         accepted = judged = 0
-        for v in verified:
+        for v in drafted:
+            assert v.drafted is not None
             k = len(v.drafted.tokens)
-            accepted += v.emitted - 1
+            accepted += len(v.emitted) - 1
             # Drafts judged: up to and including the first rejected one; a sequence that asked
             # for drafts and got none counts one miss, as the counterfactual would.
-            judged += min(v.emitted, k) if k else int(v.drafted.requested > 0)
-        stats.accepted = accepted
+            judged += min(len(v.emitted), k) if k else int(v.drafted.requested > 0)
         rates = {drafter.name: accepted / judged} if judged else {}
+        seconds = 0.0
         if self.pool.due():
             t0 = time.perf_counter()
             rates |= self.pool.counterfactual(
                 drafter,
-                [v.seq for v in verified],
-                [v.drafted.start for v in verified],
-                [v.p for v in verified],
+                [v.seq for v in drafted],
+                [v.drafted.start for v in drafted if v.drafted is not None],
+                [v.p for v in drafted],
             )
-            stats.counterfactual_time = time.perf_counter() - t0
-        stats.counterfactual = rates
+            seconds = time.perf_counter() - t0
+        per_pos = [0] * max((len(v.drafted.tokens) for v in drafted if v.drafted is not None), default=0)
+        for v in drafted:
+            for pos in range(min(len(v.emitted) - 1, len(per_pos))):
+                per_pos[pos] += 1
+        return Feedback(accepted, rates, seconds, len(drafted), per_pos)

@@ -12,24 +12,17 @@ from __future__ import annotations
 
 import torch
 
-from shared.schemas import SamplingParams
+from worker.engine.records import Candidate, Verified
 from worker.engine.sampler import filtered_probs
 
 
-def verify_greedy(
-    target_logits: torch.Tensor, draft: torch.Tensor, num_draft: torch.Tensor
-) -> list[list[int]]:
+def verify_greedy(target: torch.Tensor, draft: torch.Tensor, num_draft: torch.Tensor) -> list[list[int]]:
     """Batched greedy verification.
 
-    target_logits: [B, K+1, V] target scores at the K draft positions and the one after.
+    target: [B, K+1] the target's argmax at the K draft positions and the one after.
     draft: [B, K] proposed tokens (rows may be shorter: ``num_draft[b]`` ≤ K are real).
     Returns each sequence's emitted tokens: accepted drafts plus the target's next token.
     """
-    return verify_greedy_ids(target_logits.argmax(-1), draft, num_draft)
-
-
-def verify_greedy_ids(target: torch.Tensor, draft: torch.Tensor, num_draft: torch.Tensor) -> list[list[int]]:
-    """``verify_greedy`` on the target's argmax tokens ``[B, K+1]`` instead of its logits."""
     k = draft.shape[1]
     real = torch.arange(k, device=draft.device).unsqueeze(0) < num_draft.unsqueeze(1)
     match = (draft == target[:, :k]) & real
@@ -79,46 +72,46 @@ def greedy_acceptance(predicted: list[int], verified: list[int]) -> float:
     return hits / len(verified)
 
 
-def verify_batch(
-    target_ids: list[list[int]],
-    rows: list[torch.Tensor],
-    drafts: list[list[int]],
-    q: list[torch.Tensor | None],
-    params: list[SamplingParams],
-    generators: list[torch.Generator | None],
-) -> tuple[list[list[int]], list[torch.Tensor | None]]:
-    """The target's choice for every sequence of a step, drafts or not.
+def verify_batch(candidates: list[Candidate]) -> list[Verified]:
+    """The target's choice for every candidate of a step, drafts or not, in order.
 
-    Per sequence: ``rows[i]`` its ``[k+1, V]`` target logits (k = len(drafts[i]), 0 for a
-    plain decode or the end of a prefill), ``target_ids[i]`` their argmax (used when greedy),
-    ``q[i]`` the ``[k, V]`` probabilities its drafts were drawn from (None: a deterministic
-    proposal, i.e. a point mass). Returns the emitted tokens (1..k+1) and, for sampled
-    sequences, the warped target probabilities (for counterfactual scoring).
+    Greedy candidates are verified together on their argmax; sampled ones by rejection
+    sampling with their own generators, after one batched warping of all their rows. A
+    candidate without drafts simply gets the target's token. ``Verified.p`` keeps a sampled
+    candidate's warped target probabilities (for counterfactual scoring).
     """
-    n = len(rows)
-    emitted: list[list[int]] = [[] for _ in range(n)]
-    p_rows: list[torch.Tensor | None] = [None] * n
-    greedy = [i for i in range(n) if params[i].greedy]
+    out: list[Verified | None] = [None] * len(candidates)
+    greedy = [i for i, c in enumerate(candidates) if c.seq.params.greedy]
     if greedy:
-        k = max(len(drafts[i]) for i in greedy)
-        target = torch.tensor([target_ids[i] + [0] * (k + 1 - len(target_ids[i])) for i in greedy])
-        draft = torch.tensor([drafts[i] + [-1] * (k - len(drafts[i])) for i in greedy], dtype=torch.long)
-        num = torch.tensor([len(drafts[i]) for i in greedy])
-        for i, out in zip(greedy, verify_greedy_ids(target, draft.view(len(greedy), k), num), strict=True):
-            emitted[i] = out
-    sampled = [i for i in range(n) if not params[i].greedy]
+        drafts = [_draft_tokens(candidates[i]) for i in greedy]
+        k = max(len(d) for d in drafts)
+        ids = [candidates[i].argmax for i in greedy]
+        target = torch.tensor([t + [0] * (k + 1 - len(t)) for t in ids])
+        draft = torch.tensor([d + [-1] * (k - len(d)) for d in drafts], dtype=torch.long)
+        num = torch.tensor([len(d) for d in drafts])
+        for i, emitted in zip(greedy, verify_greedy(target, draft.view(len(greedy), k), num), strict=True):
+            out[i] = Verified(candidates[i], emitted, None)
+    sampled = [i for i, c in enumerate(candidates) if not c.seq.params.greedy]
     if sampled:
         # One batched warping for every row; draws happen on the CPU with each request's generator.
-        row_params = [params[i] for i in sampled for _ in range(rows[i].shape[0])]
-        probs = filtered_probs(torch.cat([rows[i] for i in sampled]), row_params).cpu()
+        rows = [candidates[i].logits for i in sampled]
+        row_params = [
+            candidates[i].seq.params for i, r in zip(sampled, rows, strict=True) for _ in range(r.shape[0])
+        ]
+        probs = filtered_probs(torch.cat(rows), row_params).cpu()
         at = 0
         for i in sampled:
-            p = probs[at : at + rows[i].shape[0]]
+            c = candidates[i]
+            p = probs[at : at + c.logits.shape[0]]
             at += p.shape[0]
-            qi = q[i]
-            if qi is None:  # a point mass on each draft
-                qi = torch.zeros(len(drafts[i]), p.shape[1])
-                qi[torch.arange(len(drafts[i])), torch.tensor(drafts[i], dtype=torch.long)] = 1.0
-            emitted[i] = verify_sampled(p, qi, drafts[i], generators[i])
-            p_rows[i] = p
-    return emitted, p_rows
+            tokens = _draft_tokens(c)
+            q = c.drafted.q if c.drafted else None
+            if q is None:  # a point mass on each draft
+                q = torch.zeros(len(tokens), p.shape[1])
+                q[torch.arange(len(tokens)), torch.tensor(tokens, dtype=torch.long)] = 1.0
+            out[i] = Verified(c, verify_sampled(p, q, tokens, c.seq.generator), p)
+    return [v for v in out if v is not None]
+
+
+def _draft_tokens(c: Candidate) -> list[int]:
+    return c.drafted.tokens if c.drafted else []

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from shared.schemas import Decision, SamplingParams
+from shared.schemas import ALL_BATCHES, Decision, SamplingParams
 from tests.worker.engine.drive import Run, drive
 from tests.worker.engine.test_engine import PROMPTS
 from tests.worker.engine.tiny import hf_greedy, hf_model
-from worker.engine import load_engine
 from worker.engine.api import EngineRequest
 from worker.engine.engine import LLMEngine
+from worker.engine.loader import load_engine
 
 NEW = 24
 NAMES = ["copy", "layer0", "rand-a", "rand-b", "ngram"]
@@ -44,7 +44,7 @@ def scheduled_run(
             return run
         if rng.random() < 0.3:
             drafter = rng.choice([*NAMES, None, "no-such-drafter"])
-        table = [(1, rng.randrange(5)), (4, rng.randrange(5)), (1 << 30, rng.randrange(5))]
+        table = [(1, rng.randrange(5)), (4, rng.randrange(5)), (ALL_BATCHES, rng.randrange(5))]
         engine.apply_decision(
             Decision(
                 version=step + 1,
@@ -92,11 +92,11 @@ def test_greedy_is_exact_under_random_speculation_and_offload(
     assert len({s.drafter for s in run.stats if s.gamma}) >= 3
     assert all(s.gamma == 0 for s in run.stats if not s.draft_resident)
     events = [e for s in run.stats for e in s.memory_events]
-    kinds = [e["kind"] for e in events]
+    kinds = [e.kind for e in events]
     assert kinds[:4] == ["offload", "reload", "offload", "reload"]
-    reloads = [e for e in events if e["kind"] == "reload"]
-    assert sum(e["moved_blocks"] for e in reloads) > 0
-    assert sum(e["preempted"] for e in reloads) + run.total("preempted") > 0
+    reloads = [e for e in events if e.kind == "reload"]
+    assert sum(e.moved_blocks for e in reloads) > 0
+    assert sum(e.preempted for e in reloads) + run.total("preempted") > 0
     assert any(s.switch_costs for s in run.stats)
     if config.get("enable_prefix_caching", True):
         assert run.total("prefix_hits") > 0
@@ -109,7 +109,7 @@ def test_eos_inside_accepted_drafts_ends_the_sequence_there(spec_models: dict[st
     hf = hf_model(spec_models["target"])
     prompts = PROMPTS[:16]
     engine = load_engine(spec_models["target"], drafters=[spec_models["copy"]], block_size=4, num_blocks=256)
-    engine.apply_decision(Decision(version=1, policy="test", gamma_table=[(1 << 30, 4)]))
+    engine.apply_decision(Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, 4)]))
     run = drive(
         engine, [EngineRequest(str(i), p, SamplingParams(max_tokens=40)) for i, p in enumerate(prompts)]
     )
@@ -134,7 +134,7 @@ def test_limits_are_never_overshot(spec_models: dict[str, Path], max_tokens: int
             num_blocks=64,
             max_model_len=40,
         )
-        engine.apply_decision(Decision(version=1, policy="test", gamma_table=[(1 << 30, gamma)]))
+        engine.apply_decision(Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, gamma)]))
         params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
         runs.append(drive(engine, [EngineRequest(str(i), p, params) for i, p in enumerate(prompts)]))
     base, spec = runs

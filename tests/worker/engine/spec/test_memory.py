@@ -8,12 +8,12 @@ from pathlib import Path
 
 import torch
 
-from shared.schemas import Decision, SamplingParams
+from shared.schemas import ALL_BATCHES, Decision, SamplingParams
 from tests.worker.engine.spec.test_model_drafter import make_drafter
 from tests.worker.engine.test_engine import PROMPTS
-from worker.engine import load_engine
 from worker.engine.api import EngineRequest, StepStats
 from worker.engine.kv_cache import bytes_per_block
+from worker.engine.loader import load_engine
 from worker.engine.spec.residency import WeightMover, _slots
 
 
@@ -37,7 +37,7 @@ def test_weights_round_trip_through_host_memory(tiny_models: dict[str, Path]) ->
 
 def _decide(engine: object, version: int, gamma: int, offload: bool) -> None:
     engine.apply_decision(  # type: ignore[attr-defined]
-        Decision(version=version, policy="test", gamma_table=[(1 << 30, gamma)], offload=offload)
+        Decision(version=version, policy="test", gamma_table=[(ALL_BATCHES, gamma)], offload=offload)
     )
 
 
@@ -60,8 +60,8 @@ def test_offload_grows_the_pool_and_reload_gives_it_back(spec_models: dict[str, 
     _decide(engine, 2, 2, True)
     stats = engine.step().stats
     (event,) = stats.memory_events
-    assert event["kind"] == "offload" and event["bytes"] == freed
-    assert event["to_blocks"] - event["from_blocks"] == freed // per_block == stats.total_blocks - 40
+    assert event.kind == "offload" and event.bytes == freed
+    assert event.to_blocks - event.from_blocks == freed // per_block == stats.total_blocks - 40
     assert not stats.draft_resident and stats.gamma == 0 and stats.proposed == 0
     assert all(d.runner.cache.num_blocks == 0 and not d.computed for d in models)
     for _ in range(3):
@@ -74,8 +74,8 @@ def test_offload_grows_the_pool_and_reload_gives_it_back(spec_models: dict[str, 
     while not seen[-1].draft_resident:
         seen.append(engine.step().stats)
     reload = [e for s in seen for e in s.memory_events]
-    assert [e["kind"] for e in reload] == ["reload"]
-    assert reload[0]["to_blocks"] == 40 and reload[0]["seconds"] >= 0 and reload[0]["kv_seconds"] >= 0
+    assert [e.kind for e in reload] == ["reload"]
+    assert reload[0].to_blocks == 40 and reload[0].seconds >= 0 and reload[0].kv_seconds >= 0
     assert all(s.gamma == 0 for s in seen[:-1])
     assert all(d.runner.cache.num_blocks == 40 for d in models)
     resumed = seen[-1]  # the reload completed at the start of this step: it speculates

@@ -16,11 +16,11 @@ import torch
 from scipy.stats import chisquare
 from transformers import LlamaConfig
 
-from shared.schemas import Decision, SamplingParams
+from shared.schemas import ALL_BATCHES, Decision, SamplingParams
 from tests.worker.engine.drive import drive
 from tests.worker.engine.tiny import COMMON, hf_model, save_tiny
-from worker.engine import load_engine
 from worker.engine.api import EngineRequest
+from worker.engine.loader import load_engine
 from worker.engine.sampler import filtered_probs
 
 V = 10
@@ -66,7 +66,7 @@ def test_speculative_sampling_keeps_the_target_distribution(
         num_blocks=1024,
         max_num_seqs=256,
     )
-    engine.apply_decision(Decision(version=1, policy="test", gamma_table=[(1 << 30, 3)], drafter=drafter))
+    engine.apply_decision(Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, 3)], drafter=drafter))
     reqs = [EngineRequest(str(i), PROMPT, PARAMS.model_copy(update={"seed": i})) for i in range(TRIALS)]
     run = drive(engine, reqs)
     spec_steps = [s for s in run.stats if s.gamma > 0]

@@ -6,7 +6,10 @@ import torch
 from scipy.stats import chisquare
 
 from shared.schemas import SamplingParams
+from worker.engine.records import Candidate, Drafted
 from worker.engine.sampler import new_generator, sample
+from worker.engine.scheduler import Scheduled
+from worker.engine.sequence import Sequence
 from worker.engine.spec.verify import greedy_acceptance, overlap, verify_batch, verify_greedy, verify_sampled
 
 
@@ -18,7 +21,7 @@ def test_greedy_accepts_matching_prefix_then_target_token() -> None:
         for i, t in enumerate(row):
             logits[b, i, t] = 5.0
     draft = torch.tensor([[3, 4, 0], [0, 8, 9]])
-    out = verify_greedy(logits, draft, torch.tensor([3, 3]))
+    out = verify_greedy(logits.argmax(-1), draft, torch.tensor([3, 3]))
     assert out == [[3, 4, 5], [7]]
 
 
@@ -27,9 +30,9 @@ def test_greedy_respects_ragged_draft_lengths() -> None:
     for i, t in enumerate([1, 2, 3, 4]):
         logits[0, i, t] = 1.0
     # Only the first draft token is real; the padded ones match but must not count.
-    out = verify_greedy(logits, torch.tensor([[1, 2, 3]]), torch.tensor([1]))
+    out = verify_greedy(logits.argmax(-1), torch.tensor([[1, 2, 3]]), torch.tensor([1]))
     assert out == [[1, 2]]
-    assert verify_greedy(logits, torch.tensor([[1, 2, 3]]), torch.tensor([0])) == [[1]]
+    assert verify_greedy(logits.argmax(-1), torch.tensor([[1, 2, 3]]), torch.tensor([0])) == [[1]]
 
 
 def test_greedy_acceptance_fraction() -> None:
@@ -87,8 +90,15 @@ def test_batch_verification_mixes_plain_rows_drafts_greedy_and_sampling() -> Non
     greedy, sampled = SamplingParams(), SamplingParams(temperature=1.0, top_k=4, seed=0)
     drafts = [[], [ids[1][0], (ids[1][1] + 1) % 6], [1, 2, 3], []]
     params = [greedy, greedy, sampled, sampled]
-    gens = [None, None, new_generator(sampled), new_generator(sampled)]
-    out, p_rows = verify_batch(ids, rows, drafts, [None] * 4, params, gens)
+    seqs = [Sequence(str(i), [0], p) for i, p in enumerate(params)]
+    seqs[3].generator = new_generator(sampled)
+    candidates = [
+        Candidate(Scheduled(seq, 1), r, i, Drafted(1, d, None, len(d)) if d else None)
+        for seq, r, i, d in zip(seqs, rows, ids, drafts, strict=True)
+    ]
+    verified = verify_batch(candidates)
+    assert [v.candidate for v in verified] == candidates
+    out, p_rows = [v.emitted for v in verified], [v.p for v in verified]
     assert out[0] == ids[0] and out[1] == ids[1][:2]  # one accepted, then the target's token
     assert p_rows[0] is None and p_rows[2] is not None and p_rows[2].shape == (4, 6)
     # A point-mass proposal keeps each draft with probability p(draft) and never re-draws it.

@@ -1,0 +1,64 @@
+"""The engine's inbox: what other threads ask of the stepping thread, as typed commands.
+
+``add_request``, ``abort_request``, ``apply_decision`` and ``set_num_blocks`` only queue a
+command; the step takes every queued command at its start, under the same lock, so the
+scheduler, block managers and caches are only ever touched by the stepping thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from shared.schemas import Decision
+from worker.engine.api import EngineRequest
+
+
+@dataclass(frozen=True)
+class AddRequest:
+    request: EngineRequest
+
+
+@dataclass(frozen=True)
+class Abort:
+    request_id: str
+
+
+@dataclass(frozen=True)
+class ApplyDecision:
+    decision: Decision
+
+
+@dataclass(frozen=True)
+class Resize:
+    num_blocks: int
+
+
+Command = AddRequest | Abort | ApplyDecision | Resize
+
+
+class Inbox:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._commands: deque[Command] = deque()
+
+    def put(self, command: Command) -> None:
+        with self._lock:
+            self._commands.append(command)
+
+    @contextmanager
+    def take(self) -> Iterator[list[Command]]:
+        """Every queued command, in order; the lock is held until the block ends, so the
+        caller can move requests into its own state with no moment where they are in neither."""
+        with self._lock:
+            commands = list(self._commands)
+            self._commands.clear()
+            yield commands
+
+    def pending_or(self, busy: Callable[[], bool]) -> bool:
+        """True if a command is queued or ``busy()`` (called under the lock)."""
+        with self._lock:
+            return bool(self._commands) or busy()
