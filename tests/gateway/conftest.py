@@ -3,21 +3,38 @@ stand-in for the worker side that answers jobs with fixed events."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import anyio
 import httpx
+import pytest
 import redis.asyncio as aioredis
 
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from shared import codec, jobs, keys
+from shared.connection import connect
 from shared.schemas import FinishEvent, JobEvent, JobRequest, StartEvent, TokenEvent, WorkerInfo
 from shared.streams import ensure_group, entries
 
 Script = Callable[[JobRequest], list[JobEvent]]
+
+# NIGHTJAR_GATEWAY_TEST_REDIS=redis://127.0.0.1:6379/11 runs every gateway test on that real
+# Redis database (flushed before and after each test) instead of the embedded store.
+REAL_REDIS = os.environ.get("NIGHTJAR_GATEWAY_TEST_REDIS")
+
+if REAL_REDIS:
+
+    @pytest.fixture
+    async def r() -> AsyncIterator[aioredis.Redis]:
+        client = connect(REAL_REDIS)
+        await client.flushdb()
+        yield client
+        await client.flushdb()
+        await client.aclose()
 
 
 async def register_worker(
