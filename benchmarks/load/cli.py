@@ -10,14 +10,12 @@ ARGS`` is ``main(ARGS)``: the arguments after the subcommand's name.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from benchmarks.load.configs import DEFAULT_CONFIGS
 from benchmarks.load.verdict import TOLERANCE
@@ -67,19 +65,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--log-level", default="warning")
     return p
-
-
-def engine_options(items: list[str] | None) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--engine-opt takes key=value, got {item!r}")
-        try:
-            out[key.strip()] = json.loads(value)
-        except ValueError:
-            out[key.strip()] = value.strip()
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.load.cli import engine_options
 from benchmarks.load.client import ClientOptions
 from benchmarks.load.configs import DEFAULT_CONFIGS, select_configs
 from benchmarks.load.phases import parse_phases
@@ -20,6 +19,7 @@ from benchmarks.load.results import BaselineRow, BenchResult
 from benchmarks.load.runner import Outputs, RunSettings, finish, run_configs, stamp
 from benchmarks.load.trio import TrioOptions
 from benchmarks.load.workloads import load_workload
+from shared.options import typed_pairs
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,10 @@ def run(args: argparse.Namespace, out_dir: Path, command: str) -> tuple[BenchRes
     settings = RunSettings(
         phases=phases,
         trio=TrioOptions(
-            args.model, max_jobs=args.max_jobs, engine=engine_options(args.engine_opt), threads=args.threads
+            args.model,
+            max_jobs=args.max_jobs,
+            engine=typed_pairs(args.engine_opt, "--engine-opt"),
+            threads=args.threads,
         ),
         client=ClientOptions(endpoint=args.endpoint, temperature=args.temperature),
         drain_timeout_s=args.drain_timeout,
