@@ -209,10 +209,11 @@ class JobStore:
         return alive
 
     async def serving_workers(self) -> list[WorkerInfo]:
-        """Live workers that take new jobs (not draining); cached for WORKERS_CACHE_S."""
+        """Live workers that take new jobs (not draining); a non-empty answer is cached for
+        WORKERS_CACHE_S (an empty one is not: the first worker to register is seen at once)."""
         at, cached = self._workers
         now = time.monotonic()
-        if now - at > WORKERS_CACHE_S:
+        if now - at > WORKERS_CACHE_S or not cached:
             cached = [w for w in await self.workers(self.settings.worker_timeout_s) if not w.draining]
             self._workers = (now, cached)
         return cached
