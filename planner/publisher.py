@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import redis.asyncio as aioredis
 
 from planner.policies.base import Choice
@@ -16,6 +18,7 @@ class DecisionPublisher:
         self.r = r
         self.valid_for_s = valid_for_s
         self.last: Decision | None = None
+        self.on_publish: Callable[[Decision], None] | None = None  # e.g. the planner's metrics
 
     def changed(self, choice: Choice, policy: str) -> bool:
         """Would publishing ``choice`` tell the workers something new?"""
@@ -43,4 +46,6 @@ class DecisionPublisher:
             pipe.set(keys.DECISION_LATEST, codec.encode(decision))
             await pipe.execute()
         self.last = decision
+        if self.on_publish is not None:
+            self.on_publish(decision)
         return decision

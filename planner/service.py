@@ -17,6 +17,7 @@ import anyio
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
+from planner.metrics import PlannerMetrics
 from planner.policy_slot import PolicyFactory, PolicySlot, registry_factory
 from planner.publisher import DecisionPublisher
 from planner.settings import PlannerSettings
@@ -42,6 +43,8 @@ class PlannerService:
         self.slot = PolicySlot(self.r, factory)
         self.publisher = DecisionPublisher(self.r, settings.valid_for_s)
         self.observed = 0  # telemetry messages fed to policies
+        self.metrics = PlannerMetrics()
+        self.publisher.on_publish = self.metrics.on_publish
         self._saved_at = time.monotonic()
 
     async def start(self) -> Decision:
@@ -65,12 +68,16 @@ class PlannerService:
             except (RedisError, OSError) as exc:
                 log.warning("planner start: %s: %s (retrying)", type(exc).__name__, exc)
                 await anyio.sleep(1.0)
+        http = self.metrics.serve_http(self.settings.metrics_port, self.settings.metrics_host)
         try:
             async with anyio.create_task_group() as tg:
+                tg.start_soon(every, 1.0, self.write_status, "status")
                 tg.start_soon(keep_running, "telemetry", self.read_telemetry)
                 tg.start_soon(keep_running, "control", self.read_control)
                 tg.start_soon(every, self.settings.decide_s, self.decide, "decide")
         finally:
+            if http is not None:
+                http.shutdown()
             with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                 try:
                     await self.slot.save_state()
@@ -103,6 +110,7 @@ class PlannerService:
                 try:
                     self.slot.policy.observe(msg)
                     self.observed += 1
+                    self.metrics.observe_telemetry(msg)
                 except Exception:
                     log.exception("policy %s failed to observe telemetry", self.slot.name)
         if got:
@@ -166,6 +174,10 @@ class PlannerService:
             await self.slot.save_state()
             self._saved_at = time.monotonic()
         return published
+
+    async def write_status(self) -> None:
+        """The planner's status key and drafter-weight gauges (planner/metrics.py)."""
+        await self.metrics.write_status(self.r, self.slot.name, self.slot.policy)
 
     async def _publish(self, note: str) -> Decision:
         choice = self.slot.policy.decide(time.time())

@@ -101,6 +101,7 @@ class JobRequest(Message):
     params: SamplingParams = Field(default_factory=SamplingParams)
     priority: int = Field(default=0, ge=-INT32_MAX, le=INT32_MAX)  # lower runs first; FCFS within one
     created_at: float = Field(default_factory=time.time, allow_inf_nan=False)
+    request_id: str | None = Field(default=None, max_length=128, pattern=r"^[!-~]+$")  # its X-Request-Id
 
     @field_validator("prompt")
     @classmethod
@@ -222,6 +223,8 @@ class StepStats(BaseModel):
     counterfactual_time: float = 0.0  # scoring the other drafters on the verified tokens
     proposed: int = 0  # draft tokens proposed this step
     accepted: int = 0  # draft tokens accepted this step
+    num_drafts: int = 0  # sequences that drafted this step
+    accepted_per_pos: list[int] = Field(default_factory=list)  # accepted drafts at each position
     counterfactual: dict[str, float] = Field(default_factory=dict)  # drafter -> acceptance rate
     mean_context: float = 0.0  # mean tokens per running sequence
     running: int = 0

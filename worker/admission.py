@@ -90,6 +90,7 @@ class Admission:
         # delivery alone: if it is what kills workers, it alone is dead-lettered.
         alone = 1 < attempt == self.max_deliveries
         run = JobRun(job, entry_id, prompt_ids, self.prompts.tokenizer, self.worker_id, resume, lease, alone)
+        run.attempt = attempt
         start = StartEvent(
             job_id=job.job_id, worker_id=self.worker_id, attempt=attempt, prompt_tokens=len(prompt_ids)
         )
@@ -97,11 +98,13 @@ class Admission:
         if not held:  # another worker started it meanwhile
             return None
         log.info(
-            "job %s started (attempt %d, %d prompt tokens, %d resumed)",
+            "job %s started (attempt %d, %d prompt tokens, %d resumed) request %s",
             job.job_id,
             attempt,
             len(prompt_ids),
             resume.tokens,
+            job.request_id,
+            extra={"job_id": job.job_id, "request_id": job.request_id},
         )
         return run
 

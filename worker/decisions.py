@@ -38,6 +38,17 @@ def fallback_decision(note: str) -> Decision:
     )
 
 
+def describe_gammas(table: list[tuple[int, int]]) -> str:
+    """A γ table as "≤4:2 ≤16:1 rest:0" (one bucket: just the γ)."""
+    if len(table) == 1:
+        return str(table[0][1])
+    return " ".join(f"{'rest' if b >= 1 << 30 else f'≤{b}'}:{g}" for b, g in table)
+
+
+def _what(d: Decision) -> tuple[list[tuple[int, int]], str | None, bool]:
+    return (d.gamma_table, d.drafter, d.offload)
+
+
 class DecisionFollower:
     def __init__(
         self, r: aioredis.Redis, engine: Engine, worker_id: str, check_s: float, block_ms: int
@@ -79,10 +90,21 @@ class DecisionFollower:
         self.newest_version = d.version
         if d.is_stale(now):
             return False
+        before = self.current
         self.engine.apply_decision(d)
         self.current = d
         await self.r.hset(keys.DECISION_ACKS, self.worker_id, d.version)
-        log.info("applied decision v%d (%s)", d.version, d.policy)
+        what = (d.gamma_table, d.drafter, d.offload)
+        level = logging.DEBUG if before is not None and what == _what(before) else logging.INFO
+        log.log(
+            level,
+            "applied decision v%d (%s): γ %s, drafter %s, offload %s",
+            d.version,
+            d.policy,
+            describe_gammas(d.gamma_table),
+            d.drafter or "default",
+            "yes" if d.offload else "no",
+        )
         return True
 
     async def check(self, now: float | None = None) -> None:

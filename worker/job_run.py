@@ -66,6 +66,7 @@ class JobRun:
         self.lease = lease
         self.alone = alone  # on its last delivery: runs with no batch mates (see worker/service.py)
         self.done = False
+        self.attempt = 1  # this delivery's number (worker/admission.py sets it)
         self.output: list[int] = []
         self.first_token_at: float | None = None
         self._detok = IncrementalDetokenizer(tokenizer, prompt_ids)

@@ -34,6 +34,7 @@ from worker.engine_factory import create_engine
 from worker.intake import JobIntake, guess_job_id
 from worker.job_run import JobRun
 from worker.leases import JobWrite, Leases
+from worker.metrics import WorkerMetrics, log_finished
 from worker.outbox import Outbox, StepOutput, Written
 from worker.presence import Presence
 from worker.prompts import PromptEncoder
@@ -76,6 +77,7 @@ class WorkerService:
         self.admission = Admission(
             self.r, self.intake, self.leases, self.prompts, s.worker_id, s.max_deliveries, self.max_model_len
         )
+        self.metrics = WorkerMetrics(self.model_name, s.worker_id)
         self.jobs_ended = 0
         self.jobs_lost = 0  # jobs another worker took over while this one held them
         self._cancel_cursor: str | None = None
@@ -96,6 +98,7 @@ class WorkerService:
         """Serve until cancelled or stopped; with ``burst``, drain the job stream and return."""
         await wait_for_redis(self.r, f"worker {self.worker_id}")
         await keep_trying("worker start", self._start)
+        http = self.metrics.serve_http(self.settings.metrics_port, self.settings.metrics_host)
         log.info(
             "worker %s serving %s (drafters: %s)",
             self.worker_id,
@@ -120,6 +123,8 @@ class WorkerService:
                     await self._drain()
                 tg.cancel_scope.cancel()
         finally:
+            if http is not None:
+                http.shutdown()
             with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                 try:
                     await self.presence.leave()
@@ -273,9 +278,11 @@ class WorkerService:
                 with anyio.move_on_after(self.settings.heartbeat_s):
                     await self._work.wait()
                 if not self.engine.has_unfinished():
+                    self.metrics.observe_idle()
                     await self.outbox.put(StepOutput([], StepStats()))  # idle heartbeat
                     continue
             result = await anyio.to_thread.run_sync(self.engine.step)
+            self.metrics.observe_step(result.stats, self.decisions.version, self.decisions.fallback)
             await self.outbox.put(StepOutput(self._writes(result.outputs), result.stats))
 
     def _writes(self, outputs: list[RequestOutput]) -> list[JobWrite]:
@@ -308,8 +315,10 @@ class WorkerService:
         for w in done:
             if not w.held:
                 self._lose(w.write.job_id)
-            elif w.write.final is not None and self.running.retire(w.write.job_id) is not None:
+            elif w.write.final is not None and (run := self.running.retire(w.write.job_id)) is not None:
                 self.jobs_ended += 1
+                self.metrics.observe_final(w.write.final, run.attempt)
+                log_finished(run.job, w.write.final, self.worker_id, run.attempt)
 
 
 async def keep_trying(what: str, attempt: Any, backoff_s: float = 0.1) -> Any:

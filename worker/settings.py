@@ -34,6 +34,8 @@ class WorkerSettings:
     decision_check_s: float = 1.0  # how often a decision's staleness is checked
     drain_timeout_s: float = 30.0  # on SIGTERM: finish running jobs this long, then hand them back
     result_ttl_s: float = 24 * 3600  # job record, result and events live this long after the last write
+    metrics_port: int | None = None  # serve Prometheus /metrics here (0: any free port)
+    metrics_host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         if self.renew_s >= self.claim_idle_s:
