@@ -50,4 +50,7 @@ def create_app(settings: GatewaySettings, redis: aioredis.Redis | None = None) -
     app.add_middleware(Guard, settings=settings)
     app.add_middleware(Limits, settings=settings)
     app.add_middleware(errors.CatchAll)
+    from gateway import metrics  # request ids, counts, /metrics: outermost (gateway/metrics.py)
+
+    metrics.install(app)
     return app
