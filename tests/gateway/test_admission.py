@@ -14,6 +14,7 @@ from redis.backoff import NoBackoff
 from shared import codec, keys
 from shared.connection import connect
 from shared.schemas import Decision
+from shared.streams import entries
 from tests.gateway.conftest import gateway, register_worker, scripted_worker
 
 pytestmark = pytest.mark.anyio
@@ -156,3 +157,16 @@ async def test_context_length_is_checked_before_enqueueing(r: aioredis.Redis) ->
     assert fits.status_code == 202
     ((_, fields),) = await r.xrange(keys.JOBS_STREAM)
     assert codec.decode(fields[codec.FIELD]).params.max_tokens == 10  # type: ignore[attr-defined]
+
+
+async def test_answered_entries_deleted_by_workers_free_their_places(r: aioredis.Redis) -> None:
+    async with gateway(r, max_queue=3) as gw:
+        for _ in range(3):
+            assert (await gw.post("/v1/jobs", json={"prompt": "x"})).status_code == 202
+        got = entries(await r.xreadgroup(keys.JOBS_GROUP, "w", {keys.JOBS_STREAM: ">"}, count=2))
+        assert (await gw.post("/v1/jobs", json={"prompt": "x"})).status_code == 429  # 2 running + 1 waiting
+        for entry_id, _ in got:  # answered: acknowledged and deleted, as a worker does
+            await r.xack(keys.JOBS_STREAM, keys.JOBS_GROUP, entry_id)
+            await r.xdel(keys.JOBS_STREAM, entry_id)
+        codes = [(await gw.post("/v1/jobs", json={"prompt": "x"})).status_code for _ in range(3)]
+    assert codes == [202, 202, 429]
