@@ -136,7 +136,8 @@ async def _exercise(gw: httpx.AsyncClient, r: object) -> None:
 
 async def _offload_and_back(gw: httpx.AsyncClient) -> None:
     """Offload the drafters, then bring them back: both moves show in the metrics."""
-    for params, event in (({"offload": True}, "offload"), ({"gamma": 3}, "reload")):
+    moves: list[tuple[dict[str, object], str]] = [({"offload": True}, "offload"), ({"gamma": 3}, "reload")]
+    for params, event in moves:
         await admin(gw, params)
 
         async def moved(ev: str = event) -> bool:

@@ -32,7 +32,7 @@ def exported() -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for metric_set in (GatewayMetrics(), WorkerMetrics("m", "w"), PlannerMetrics()):
         for collector in list(metric_set.registry._collector_to_names):  # every family, even unused
-            for fam in collector.describe() or collector.collect():
+            for fam in collector.describe():  # type: ignore[attr-defined]
                 labels = set(getattr(collector, "_labelnames", ()))
                 suffixes = {
                     "counter": ("_total",),
@@ -51,7 +51,8 @@ def test_every_name_is_prefixed_and_the_issue_names_exist() -> None:
         "http_requests_total", "time_to_first_token_seconds_bucket", "inter_token_latency_seconds_bucket",
         "e2e_request_latency_seconds_bucket", "request_queue_time_seconds_bucket", "prompt_tokens_total",
         "generation_tokens_total", "request_success_total", "num_requests_running", "num_requests_waiting",
-        "kv_cache_usage_perc", "prefix_cache_queries_total", "prefix_cache_hits_total", "num_preemptions_total",
+        "kv_cache_usage_perc", "prefix_cache_queries_total", "prefix_cache_hits_total",
+        "num_preemptions_total",
         "spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_total",
         "spec_decode_num_accepted_tokens_total", "spec_decode_num_accepted_tokens_per_pos_total",
         "step_time_seconds_bucket", "spec_decode_gamma", "draft_resident", "memory_events_total",
@@ -196,7 +197,8 @@ def test_configure_json_writes_one_object_a_line(monkeypatch: pytest.MonkeyPatch
         logs.configure("info", "json")
         logging.getLogger("nightjar.x").info("one %d", 1, extra={"worker": "w1"})
     finally:
-        root.handlers[:], _ = saved[0], root.setLevel(saved[1])
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
         logs._uvicorn_follows("plain")
     got = json.loads(buf.getvalue().strip().splitlines()[-1])
     assert got["msg"] == "one 1" and got["worker"] == "w1"
