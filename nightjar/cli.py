@@ -91,6 +91,54 @@ def _add_gateway(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default=_env("HOST", "127.0.0.1"), help="NIGHTJAR_HOST")
     p.add_argument("--port", type=int, default=_env("PORT", "8000"), help="NIGHTJAR_PORT")
     p.add_argument("--max-queue", type=int, default=_env("MAX_QUEUE", "1000"), help="NIGHTJAR_MAX_QUEUE")
+    p.add_argument(
+        "--api-key",
+        action="append",
+        metavar="KEY",
+        help="an API key the /v1 routes accept (Bearer), repeatable (NIGHTJAR_API_KEYS, comma-separated); "
+        "none: open",
+    )
+    p.add_argument(
+        "--rate-limit", type=float, default=_env("RATE_LIMIT_RPS", "0"),
+        help="requests/s per API key, 0 = no limit (NIGHTJAR_RATE_LIMIT_RPS)",
+    )
+    p.add_argument(
+        "--rate-burst", type=int, default=_env("RATE_LIMIT_BURST", "0"),
+        help="rate-limit bucket size, 0 = the rate rounded up (NIGHTJAR_RATE_LIMIT_BURST)",
+    )
+    p.add_argument(
+        "--request-timeout", type=float, default=_env("REQUEST_TIMEOUT_S", "600"),
+        help="seconds before an OpenAI request is cancelled with a 504 (NIGHTJAR_REQUEST_TIMEOUT_S)",
+    )
+    add_result_ttl(p)
+    p.add_argument(
+        "--max-body-bytes", type=int, default=_env("MAX_BODY_BYTES", str(4 * 1024 * 1024)),
+        help="larger request bodies get a 413 (NIGHTJAR_MAX_BODY_BYTES)",
+    )
+    p.add_argument(
+        "--max-concurrency", type=int, default=_env("MAX_CONCURRENCY", "8192"),
+        help="HTTP requests in flight before a 503 (NIGHTJAR_MAX_CONCURRENCY)",
+    )
+
+
+def api_keys(given: list[str] | None) -> tuple[str, ...]:
+    """``--api-key`` values, else NIGHTJAR_API_KEYS (comma-separated)."""
+    if given:
+        return tuple(k.strip() for k in given if k.strip())
+    env = _env("API_KEYS", "")
+    return tuple(k.strip() for k in str(env).split(",") if k.strip())
+
+
+def add_result_ttl(p: argparse.ArgumentParser) -> None:
+    """``--result-ttl``, once per parser (the gateway and the worker both take it; ``up`` both)."""
+    if any(a.dest == "result_ttl" for a in p._actions):
+        return
+    p.add_argument(
+        "--result-ttl",
+        type=float,
+        default=_env("RESULT_TTL_S", str(24 * 3600)),
+        help="seconds a job's record, result and events live after its last write (NIGHTJAR_RESULT_TTL_S)",
+    )
 
 
 def _add_worker(p: argparse.ArgumentParser) -> None:
@@ -105,6 +153,13 @@ def _add_worker(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-deliveries", type=int, default=_env("MAX_DELIVERIES", "3"), help="NIGHTJAR_MAX_DELIVERIES"
     )
+    p.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=_env("DRAIN_TIMEOUT_S", "30"),
+        help="on SIGTERM, seconds to finish running jobs before handing them back (NIGHTJAR_DRAIN_TIMEOUT_S)",
+    )
+    add_result_ttl(p)
     p.add_argument("--threads", type=int, default=_env("THREADS"), help="torch threads (NIGHTJAR_THREADS)")
     p.add_argument("--engine-opt", action="append", metavar="KEY=VALUE", help="engine option")
     p.add_argument(
@@ -122,8 +177,17 @@ def _add_worker(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_metrics_port(p: argparse.ArgumentParser) -> None:
+    """``--metrics-port`` / ``--metrics-host``: where a worker or planner serves /metrics."""
+    p.add_argument(
+        "--metrics-port", type=int, default=_env("METRICS_PORT"),
+        help="serve Prometheus /metrics on this port (NIGHTJAR_METRICS_PORT; default: none)",
+    )
+    p.add_argument("--metrics-host", default=_env("METRICS_HOST", "127.0.0.1"), help="NIGHTJAR_METRICS_HOST")
+
+
 def _add_planner(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", default=_env("POLICY", "static"), help="NIGHTJAR_POLICY")
+    p.add_argument("--policy", default=_env("POLICY", "nightjar"), help="NIGHTJAR_POLICY (default nightjar)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="policy parameter")
 
 
@@ -135,6 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["debug", "info", "warning", "error"],
         default=_env("LOG_LEVEL", "info"),
         help="NIGHTJAR_LOG_LEVEL",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=["plain", "json"],
+        default=_env("LOG_FORMAT", "plain"),
+        help="plain lines or one JSON object a line (NIGHTJAR_LOG_FORMAT)",
     )
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -151,10 +221,12 @@ def build_parser() -> argparse.ArgumentParser:
     wk = sub.add_parser("worker", help="one worker (one per accelerator)")
     _add_redis(wk, "redis://127.0.0.1:6379/0")
     _add_worker(wk)
+    add_metrics_port(wk)
 
     pl = sub.add_parser("planner", help="the planner, or `planner use POLICY` to swap its policy")
     _add_redis(pl, "redis://127.0.0.1:6379/0")
     _add_planner(pl)
+    add_metrics_port(pl)
     pl_sub = pl.add_subparsers(dest="planner_command", parser_class=_Parser)
     use = pl_sub.add_parser("use", help="swap the running planner's policy")
     use.add_argument("policy")
@@ -170,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("models", help="build, convert and train the bundled models (training.cli)")
     sub.add_parser("bench", help="benchmark every policy under dynamic load (benchmarks.load)")
+    sub.add_parser("top", help="a live view of a running deployment from its Redis (nightjar.top)")
     return p
 
 
@@ -178,9 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in _DELEGATED:
         return _delegate(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=str(args.log_level).upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    from shared import logs
+
+    logs.configure(str(args.log_level), args.log_format)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here
     from nightjar import commands
 
@@ -194,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # Subcommands whose arguments another package parses: name -> module with main(argv) -> int.
-_DELEGATED = {"models": "training.cli", "bench": "benchmarks.load.cli"}
+_DELEGATED = {"models": "training.cli", "bench": "benchmarks.load.cli", "top": "nightjar.top"}
 
 
 def _delegate(command: str, argv: list[str]) -> int:

@@ -8,8 +8,8 @@ from typing import Any
 
 import anyio
 
-from nightjar.cli import UsageError, _drafter_dirs, _model_dir, _pairs, _typed
-from nightjar.runner import Service, http_server, run_services
+from nightjar.cli import UsageError, _drafter_dirs, _model_dir, _pairs, _typed, api_keys
+from nightjar.runner import Service, Stop, http_server, run_services
 
 log = logging.getLogger("nightjar")
 
@@ -31,15 +31,30 @@ def _gateway_app(args: argparse.Namespace) -> Any:
     from gateway.app import create_app
     from gateway.settings import GatewaySettings
 
+    for name in ("max_queue", "max_body_bytes", "max_concurrency"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    for name in ("request_timeout", "result_ttl"):
+        if not getattr(args, name) > 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be positive")
+    if args.rate_limit < 0 or args.rate_burst < 0:
+        raise UsageError("--rate-limit and --rate-burst must not be negative")
     settings = GatewaySettings(
         redis_url=args.redis_url,
         max_queue=args.max_queue,
         admin_token=os.environ.get("NIGHTJAR_ADMIN_TOKEN") or None,
+        api_keys=api_keys(args.api_key),
+        rate_limit_rps=args.rate_limit,
+        rate_limit_burst=args.rate_burst,
+        request_timeout_s=args.request_timeout,
+        result_ttl_s=args.result_ttl,
+        max_body_bytes=args.max_body_bytes,
+        max_concurrency=args.max_concurrency,
     )
     return create_app(settings)
 
 
-def _worker_service(args: argparse.Namespace) -> Service:
+def _worker_service(args: argparse.Namespace) -> tuple[Service, Stop]:
     from worker.service import WorkerService
     from worker.settings import WorkerSettings, default_worker_id
 
@@ -58,14 +73,19 @@ def _worker_service(args: argparse.Namespace) -> Service:
             renew_s=args.renew,
             autoclaim_s=args.autoclaim,
             max_deliveries=args.max_deliveries,
+            drain_timeout_s=args.drain_timeout,
+            result_ttl_s=args.result_ttl,
             engine={k: _typed(v) for k, v in _pairs(args.engine_opt, "--engine-opt").items()},
             drafters=_drafter_dirs(model_dir, args.drafter),
             ngram=args.ngram,
+            metrics_port=getattr(args, "metrics_port", None),
+            metrics_host=getattr(args, "metrics_host", "127.0.0.1"),
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     try:
-        return WorkerService(settings).run
+        worker = WorkerService(settings)
+        return worker.run, worker.request_stop
     except TypeError as exc:  # an engine option the engine does not take
         raise UsageError(f"bad --engine-opt: {exc}") from None
     except ValueError as exc:  # e.g. a drafter whose vocabulary is not the target's
@@ -82,7 +102,14 @@ def _planner_service(args: argparse.Namespace) -> Service:
         registry.create(args.policy, **params)  # fail fast, before any service starts
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    return PlannerService(PlannerSettings(redis_url=args.redis_url, policy=args.policy, params=params)).run
+    settings = PlannerSettings(
+        redis_url=args.redis_url,
+        policy=args.policy,
+        params=params,
+        metrics_port=getattr(args, "metrics_port", None),
+        metrics_host=getattr(args, "metrics_host", "127.0.0.1"),
+    )
+    return PlannerService(settings).run
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -90,7 +117,7 @@ def _up(args: argparse.Namespace) -> int:
     worker = _worker_service(args)
     server = http_server(_gateway_app(args), args.host, args.port, args.log_level)
     log.info("nightjar up: gateway at http://%s:%d, Redis %s", args.host, args.port, args.redis_url)
-    anyio.run(run_services, [worker, planner], server)
+    anyio.run(run_services, [planner], server, [worker])
     return 0
 
 
@@ -101,7 +128,7 @@ def _gateway(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    anyio.run(run_services, [_worker_service(args)])
+    anyio.run(run_services, [], None, [_worker_service(args)])
     return 0
 
 
@@ -128,7 +155,12 @@ def _planner_use(args: argparse.Namespace) -> int:
     async def send() -> None:
         r = connect(args.redis_url)
         try:
-            await r.xadd(keys.PLANNER_CONTROL_STREAM, codec.entry(cmd))
+            await r.xadd(
+                keys.PLANNER_CONTROL_STREAM,
+                codec.entry(cmd),
+                maxlen=keys.PLANNER_CONTROL_MAXLEN,
+                approximate=True,
+            )
         finally:
             await r.aclose()
 

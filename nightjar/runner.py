@@ -15,6 +15,7 @@ import uvicorn
 log = logging.getLogger("nightjar")
 
 Service = Callable[[], Coroutine[Any, Any, Any]]
+Stop = Callable[[], None]  # asks a service to finish its work and return
 
 
 class _Server(uvicorn.Server):
@@ -26,28 +27,57 @@ class _Server(uvicorn.Server):
 
 
 def http_server(app: Any, host: str, port: int, log_level: str = "info") -> _Server:
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on")
-    return _Server(config)
+    """uvicorn for ``app`` with the gateway's timeouts and limits (``nightjar.http_config``)."""
+    from nightjar.http_config import config
+
+    return _Server(config(app, host, port, log_level))
 
 
-async def run_services(services: list[Service], server: uvicorn.Server | None = None) -> None:
+async def run_services(
+    services: list[Service],
+    server: uvicorn.Server | None = None,
+    drainers: list[tuple[Service, Stop]] | None = None,
+) -> None:
     """Run until SIGINT/SIGTERM (or until the HTTP server stops); a crash of any service
-    stops them all and propagates."""
+    stops them all and propagates.
+
+    ``drainers`` are services with a stop hook (a worker: no new jobs, running ones finish
+    or are handed back, then it returns). On the first signal the HTTP server finishes open
+    responses and every drainer is asked to stop; the run ends once they all returned (the
+    other services are then cancelled). A second signal ends it at once.
+    """
+    drainers = drainers or []
+    draining = False
     async with anyio.create_task_group() as tg:
 
         async def stop_on_signal() -> None:
+            nonlocal draining
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async for sig in signals:
-                    log.info("stopping on %s", signal.Signals(sig).name)
+                    name = signal.Signals(sig).name
+                    if draining or not (drainers or server is not None):
+                        log.info("stopping now on %s", name)
+                        tg.cancel_scope.cancel()
+                        return
+                    log.info("draining on %s (send it again to stop at once)", name)
+                    draining = True
                     if server is not None:
                         server.should_exit = True  # graceful: finish open responses first
-                    else:
-                        tg.cancel_scope.cancel()
-                    return
+                    for _, stop in drainers:
+                        stop()
+
+        async def serve_until_drained() -> None:
+            async with anyio.create_task_group() as inner:
+                for run, _ in drainers:
+                    inner.start_soon(run)
+                if server is not None:
+                    await server.serve()
+                    if not draining:  # the server stopped by itself (e.g. its port was taken)
+                        inner.cancel_scope.cancel()
+            tg.cancel_scope.cancel()
 
         tg.start_soon(stop_on_signal)
         for service in services:
             tg.start_soon(service)
-        if server is not None:
-            await server.serve()
-            tg.cancel_scope.cancel()
+        if drainers or server is not None:
+            tg.start_soon(serve_until_drained)
