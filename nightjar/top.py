@@ -43,7 +43,9 @@ class WorkerView:
         return sum(got) / len(got) if got else None
 
     def drafter_shares(self) -> dict[str, float]:
-        drafted = Counter(t.drafter for t in self.steps if t.drafter is not None and t.proposed)
+        drafted = Counter(
+            t.drafter if t.drafter is not None and t.proposed else "no draft" for t in self.steps
+        )
         n = len(self.steps)
         return {d: c / n for d, c in drafted.most_common()} if n else {}
 
@@ -204,7 +206,7 @@ def render(s: Snapshot, url: str = "") -> str:
             lines.append(f"  {w.info.worker_id[:18]:<18} {'  '.join(cells) or '-'}")
         lines.append("drafter shares of working steps")
         for w in s.workers:
-            shares = "  ".join(f"{k} {v:.0%}" for k, v in w.drafter_shares().items()) or "none drafted"
+            shares = "  ".join(f"{k} {v:.0%}" for k, v in w.drafter_shares().items()) or "no working steps"
             lines.append(f"  {w.info.worker_id[:18]:<18} {shares}")
     return "\n".join(lines)
 
