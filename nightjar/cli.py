@@ -7,26 +7,12 @@ gives one line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
 import sys
-from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
+from nightjar.options import UsageError, env
 from shared.connection import DEFAULT_URL
-
-MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
-BUNDLED_MODEL = MODELS_DIR / "nj-target"
-# The drafters trained for each bundled target: loaded with it by default when they are there.
-BUNDLED_DRAFTERS = {
-    "nj-target": ("nj-draft-prose", "nj-draft-code"),
-    "smollm2-135m-instruct": ("smol-draft-chat", "smol-draft-code"),
-}
-
-
-class UsageError(Exception):
-    """Bad input from the command line: reported in one line, exit code 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,62 +21,14 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def _env(name: str, default: Any = None) -> Any:
-    return os.environ.get(f"NIGHTJAR_{name}", default)
-
-
-def _pairs(items: list[str] | None, what: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"{what} takes key=value, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
-
-
-def _typed(value: str) -> Any:
-    try:
-        return json.loads(value)
-    except ValueError:
-        return value
-
-
-def _model_dir(arg: str | None) -> str:
-    path = Path(arg) if arg else BUNDLED_MODEL
-    if not (path / "config.json").is_file():
-        hint = "pass --model DIR" if not arg else "a Hugging Face model directory has config.json"
-        raise UsageError(f"no model at {path} ({hint})")
-    return str(path)
-
-
-def _drafter_dirs(model_dir: str, given: list[str] | None) -> list[str]:
-    """The drafters to load: ``--drafter`` values (or NIGHTJAR_DRAFTERS, comma-separated;
-    "none": no model drafter), else the bundled drafters of a bundled target that exist."""
-    env = _env("DRAFTERS")
-    given = given or ([d.strip() for d in env.split(",") if d.strip()] if env else None)
-    if given:
-        if [g.lower() for g in given] == ["none"]:
-            return []
-        for d in given:
-            if not (Path(d) / "config.json").is_file():
-                raise UsageError(f"no drafter model at {d} (a Hugging Face model directory has config.json)")
-        return list(given)
-    path = Path(model_dir).resolve()
-    if path.parent != MODELS_DIR.resolve():
-        return []
-    names = BUNDLED_DRAFTERS.get(path.name, ())
-    return [str(MODELS_DIR / n) for n in names if (MODELS_DIR / n / "config.json").is_file()]
-
-
 def _add_redis(p: argparse.ArgumentParser, default: str) -> None:
-    p.add_argument("--redis-url", default=_env("REDIS_URL", default), help="NIGHTJAR_REDIS_URL")
+    p.add_argument("--redis-url", default=env("REDIS_URL", default), help="NIGHTJAR_REDIS_URL")
 
 
 def _add_gateway(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", default=_env("HOST", "127.0.0.1"), help="NIGHTJAR_HOST")
-    p.add_argument("--port", type=int, default=_env("PORT", "8000"), help="NIGHTJAR_PORT")
-    p.add_argument("--max-queue", type=int, default=_env("MAX_QUEUE", "1000"), help="NIGHTJAR_MAX_QUEUE")
+    p.add_argument("--host", default=env("HOST", "127.0.0.1"), help="NIGHTJAR_HOST")
+    p.add_argument("--port", type=int, default=env("PORT", "8000"), help="NIGHTJAR_PORT")
+    p.add_argument("--max-queue", type=int, default=env("MAX_QUEUE", "1000"), help="NIGHTJAR_MAX_QUEUE")
     p.add_argument(
         "--api-key",
         action="append",
@@ -99,34 +37,26 @@ def _add_gateway(p: argparse.ArgumentParser) -> None:
         "none: open",
     )
     p.add_argument(
-        "--rate-limit", type=float, default=_env("RATE_LIMIT_RPS", "0"),
+        "--rate-limit", type=float, default=env("RATE_LIMIT_RPS", "0"),
         help="requests/s per API key, 0 = no limit (NIGHTJAR_RATE_LIMIT_RPS)",
     )
     p.add_argument(
-        "--rate-burst", type=int, default=_env("RATE_LIMIT_BURST", "0"),
+        "--rate-burst", type=int, default=env("RATE_LIMIT_BURST", "0"),
         help="rate-limit bucket size, 0 = the rate rounded up (NIGHTJAR_RATE_LIMIT_BURST)",
     )
     p.add_argument(
-        "--request-timeout", type=float, default=_env("REQUEST_TIMEOUT_S", "600"),
+        "--request-timeout", type=float, default=env("REQUEST_TIMEOUT_S", "600"),
         help="seconds before an OpenAI request is cancelled with a 504 (NIGHTJAR_REQUEST_TIMEOUT_S)",
     )
     add_result_ttl(p)
     p.add_argument(
-        "--max-body-bytes", type=int, default=_env("MAX_BODY_BYTES", str(4 * 1024 * 1024)),
+        "--max-body-bytes", type=int, default=env("MAX_BODY_BYTES", str(4 * 1024 * 1024)),
         help="larger request bodies get a 413 (NIGHTJAR_MAX_BODY_BYTES)",
     )
     p.add_argument(
-        "--max-concurrency", type=int, default=_env("MAX_CONCURRENCY", "8192"),
+        "--max-concurrency", type=int, default=env("MAX_CONCURRENCY", "8192"),
         help="HTTP requests in flight before a 503 (NIGHTJAR_MAX_CONCURRENCY)",
     )
-
-
-def api_keys(given: list[str] | None) -> tuple[str, ...]:
-    """``--api-key`` values, else NIGHTJAR_API_KEYS (comma-separated)."""
-    if given:
-        return tuple(k.strip() for k in given if k.strip())
-    env = _env("API_KEYS", "")
-    return tuple(k.strip() for k in str(env).split(",") if k.strip())
 
 
 def add_result_ttl(p: argparse.ArgumentParser) -> None:
@@ -136,31 +66,31 @@ def add_result_ttl(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--result-ttl",
         type=float,
-        default=_env("RESULT_TTL_S", str(24 * 3600)),
+        default=env("RESULT_TTL_S", str(24 * 3600)),
         help="seconds a job's record, result and events live after its last write (NIGHTJAR_RESULT_TTL_S)",
     )
 
 
 def _add_worker(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=_env("MODEL"), help="model directory (NIGHTJAR_MODEL)")
-    p.add_argument("--worker-id", default=_env("WORKER_ID"), help="NIGHTJAR_WORKER_ID")
-    p.add_argument("--max-jobs", type=int, default=_env("MAX_JOBS", "16"), help="NIGHTJAR_MAX_JOBS")
+    p.add_argument("--model", default=env("MODEL"), help="model directory (NIGHTJAR_MODEL)")
+    p.add_argument("--worker-id", default=env("WORKER_ID"), help="NIGHTJAR_WORKER_ID")
+    p.add_argument("--max-jobs", type=int, default=env("MAX_JOBS", "16"), help="NIGHTJAR_MAX_JOBS")
     p.add_argument(
-        "--claim-idle", type=float, default=_env("CLAIM_IDLE_S", "30"), help="NIGHTJAR_CLAIM_IDLE_S"
+        "--claim-idle", type=float, default=env("CLAIM_IDLE_S", "30"), help="NIGHTJAR_CLAIM_IDLE_S"
     )
-    p.add_argument("--renew", type=float, default=_env("RENEW_S", "10"), help="NIGHTJAR_RENEW_S")
-    p.add_argument("--autoclaim", type=float, default=_env("AUTOCLAIM_S", "5"), help="NIGHTJAR_AUTOCLAIM_S")
+    p.add_argument("--renew", type=float, default=env("RENEW_S", "10"), help="NIGHTJAR_RENEW_S")
+    p.add_argument("--autoclaim", type=float, default=env("AUTOCLAIM_S", "5"), help="NIGHTJAR_AUTOCLAIM_S")
     p.add_argument(
-        "--max-deliveries", type=int, default=_env("MAX_DELIVERIES", "3"), help="NIGHTJAR_MAX_DELIVERIES"
+        "--max-deliveries", type=int, default=env("MAX_DELIVERIES", "3"), help="NIGHTJAR_MAX_DELIVERIES"
     )
     p.add_argument(
         "--drain-timeout",
         type=float,
-        default=_env("DRAIN_TIMEOUT_S", "30"),
+        default=env("DRAIN_TIMEOUT_S", "30"),
         help="on SIGTERM, seconds to finish running jobs before handing them back (NIGHTJAR_DRAIN_TIMEOUT_S)",
     )
     add_result_ttl(p)
-    p.add_argument("--threads", type=int, default=_env("THREADS"), help="torch threads (NIGHTJAR_THREADS)")
+    p.add_argument("--threads", type=int, default=env("THREADS"), help="torch threads (NIGHTJAR_THREADS)")
     p.add_argument("--engine-opt", action="append", metavar="KEY=VALUE", help="engine option")
     p.add_argument(
         "--drafter",
@@ -172,7 +102,7 @@ def _add_worker(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--ngram",
         action=argparse.BooleanOptionalAction,
-        default=str(_env("NGRAM", "1")).lower() not in ("0", "false", "no", "off"),
+        default=str(env("NGRAM", "1")).lower() not in ("0", "false", "no", "off"),
         help="offer the prompt-lookup drafter 'ngram' (NIGHTJAR_NGRAM)",
     )
 
@@ -180,14 +110,14 @@ def _add_worker(p: argparse.ArgumentParser) -> None:
 def add_metrics_port(p: argparse.ArgumentParser) -> None:
     """``--metrics-port`` / ``--metrics-host``: where a worker or planner serves /metrics."""
     p.add_argument(
-        "--metrics-port", type=int, default=_env("METRICS_PORT"),
+        "--metrics-port", type=int, default=env("METRICS_PORT"),
         help="serve Prometheus /metrics on this port (NIGHTJAR_METRICS_PORT; default: none)",
     )
-    p.add_argument("--metrics-host", default=_env("METRICS_HOST", "127.0.0.1"), help="NIGHTJAR_METRICS_HOST")
+    p.add_argument("--metrics-host", default=env("METRICS_HOST", "127.0.0.1"), help="NIGHTJAR_METRICS_HOST")
 
 
 def _add_planner(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", default=_env("POLICY", "nightjar"), help="NIGHTJAR_POLICY (default nightjar)")
+    p.add_argument("--policy", default=env("POLICY", "nightjar"), help="NIGHTJAR_POLICY (default nightjar)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="policy parameter")
 
 
@@ -197,13 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level",
         type=str.lower,
         choices=["debug", "info", "warning", "error"],
-        default=_env("LOG_LEVEL", "info"),
+        default=env("LOG_LEVEL", "info"),
         help="NIGHTJAR_LOG_LEVEL",
     )
     p.add_argument(
         "--log-format",
         choices=["plain", "json"],
-        default=_env("LOG_FORMAT", "plain"),
+        default=env("LOG_FORMAT", "plain"),
         help="plain lines or one JSON object a line (NIGHTJAR_LOG_FORMAT)",
     )
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -234,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sm = sub.add_parser("submit", help="stream a completion from a running gateway")
     sm.add_argument("prompt")
-    sm.add_argument("--url", default=_env("URL", "http://127.0.0.1:8000"), help="gateway (NIGHTJAR_URL)")
+    sm.add_argument("--url", default=env("URL", "http://127.0.0.1:8000"), help="gateway (NIGHTJAR_URL)")
     sm.add_argument("--max-tokens", type=int, default=64)
     sm.add_argument("--temperature", type=float, default=0.0)
     sm.add_argument("--seed", type=int, default=None)

@@ -8,7 +8,7 @@ from typing import Any
 
 import anyio
 
-from nightjar.cli import UsageError, _drafter_dirs, _model_dir, _pairs, _typed, api_keys
+from nightjar.options import UsageError, api_keys, drafter_dirs, engine_options, model_dir, pairs
 from nightjar.runner import Service, Stop, http_server, run_services
 
 log = logging.getLogger("nightjar")
@@ -58,14 +58,14 @@ def _worker_service(args: argparse.Namespace) -> tuple[Service, Stop]:
     from worker.service import WorkerService
     from worker.settings import WorkerSettings, default_worker_id
 
-    model_dir = _model_dir(args.model)
+    model = model_dir(args.model)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
     try:
         settings = WorkerSettings(
-            model_dir=model_dir,
+            model_dir=model,
             redis_url=args.redis_url,
             worker_id=args.worker_id or default_worker_id(),
             max_jobs=args.max_jobs,
@@ -75,8 +75,8 @@ def _worker_service(args: argparse.Namespace) -> tuple[Service, Stop]:
             max_deliveries=args.max_deliveries,
             drain_timeout_s=args.drain_timeout,
             result_ttl_s=args.result_ttl,
-            engine={k: _typed(v) for k, v in _pairs(args.engine_opt, "--engine-opt").items()},
-            drafters=_drafter_dirs(model_dir, args.drafter),
+            engine=engine_options(args.engine_opt),
+            drafters=drafter_dirs(model, args.drafter),
             ngram=args.ngram,
             metrics_port=getattr(args, "metrics_port", None),
             metrics_host=getattr(args, "metrics_host", "127.0.0.1"),
@@ -97,7 +97,7 @@ def _planner_service(args: argparse.Namespace) -> Service:
     from planner.service import PlannerService
     from planner.settings import PlannerSettings
 
-    params = _pairs(args.set, "--set")
+    params = pairs(args.set, "--set")
     try:
         registry.create(args.policy, **params)  # fail fast, before any service starts
     except ValueError as exc:
@@ -145,7 +145,7 @@ def _planner_use(args: argparse.Namespace) -> int:
     from shared.connection import connect
     from shared.schemas import PolicyCommand
 
-    params = _pairs(args.use_set, "--set")
+    params = pairs(args.use_set, "--set")
     try:
         registry.create(args.policy, **params)
     except ValueError as exc:

@@ -7,7 +7,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from nightjar import cli
+from nightjar import options
 from nightjar.cli import build_parser, main
 from shared import codec, keys
 from shared.connection import connect, reset_fake_server
@@ -96,17 +96,17 @@ def _model(path: Path) -> Path:
 def test_drafters_default_to_the_bundled_ones_that_exist(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cli, "MODELS_DIR", tmp_path / "models")
+    monkeypatch.setattr(options, "MODELS_DIR", tmp_path / "models")
     monkeypatch.delenv("NIGHTJAR_DRAFTERS", raising=False)
     target = _model(tmp_path / "models" / "nj-target")
     prose = _model(tmp_path / "models" / "nj-draft-prose")
-    assert cli._drafter_dirs(str(target), None) == [str(prose)]  # nj-draft-code is not there
+    assert options.drafter_dirs(str(target), None) == [str(prose)]  # nj-draft-code is not there
     other = _model(tmp_path / "elsewhere" / "nj-target")
-    assert cli._drafter_dirs(str(other), None) == []
-    assert cli._drafter_dirs(str(target), ["none"]) == []
-    assert cli._drafter_dirs(str(target), [str(other)]) == [str(other)]
+    assert options.drafter_dirs(str(other), None) == []
+    assert options.drafter_dirs(str(target), ["none"]) == []
+    assert options.drafter_dirs(str(target), [str(other)]) == [str(other)]
     monkeypatch.setenv("NIGHTJAR_DRAFTERS", f"{prose}, {other}")
-    assert cli._drafter_dirs(str(target), None) == [str(prose), str(other)]
+    assert options.drafter_dirs(str(target), None) == [str(prose), str(other)]
     args = build_parser().parse_args(["up", "--drafter", "a", "--drafter", "b", "--no-ngram"])
     assert args.drafter == ["a", "b"] and args.ngram is False
     assert build_parser().parse_args(["worker"]).ngram is True
