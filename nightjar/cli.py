@@ -169,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--temperature", type=float, default=0.0)
     sm.add_argument("--seed", type=int, default=None)
     sm.add_argument("--chat", action="store_true", help="send the prompt as a chat message")
+    sm.add_argument("--api-key", default=env("API_KEY"), help="Bearer key for the gateway (NIGHTJAR_API_KEY)")
 
     sub.add_parser("models", help="build, convert and train the bundled models (training.cli)")
     sub.add_parser("bench", help="benchmark every policy under dynamic load (benchmarks.load)")

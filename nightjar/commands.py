@@ -179,4 +179,4 @@ def _submit(args: argparse.Namespace) -> int:
         body["messages"] = [{"role": "user", "content": args.prompt}]
     else:
         body["prompt"] = args.prompt
-    return stream_completion(args.url, body, args.chat)
+    return stream_completion(args.url, body, args.chat, api_key=args.api_key)

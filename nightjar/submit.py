@@ -9,12 +9,15 @@ from typing import Any
 import httpx
 
 
-def stream_completion(url: str, body: dict[str, Any], chat: bool, timeout_s: float = 600.0) -> int:
+def stream_completion(
+    url: str, body: dict[str, Any], chat: bool, timeout_s: float = 600.0, api_key: str | None = None
+) -> int:
     """Print the completion as it arrives; returns a process exit code."""
     path = "/v1/chat/completions" if chat else "/v1/completions"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         with (
-            httpx.Client(base_url=url, timeout=timeout_s) as client,
+            httpx.Client(base_url=url, timeout=timeout_s, headers=headers) as client,
             client.stream("POST", path, json={**body, "stream": True}) as resp,
         ):
             if resp.status_code != 200:
