@@ -1,6 +1,7 @@
 """``nightjar bench`` / ``python -m benchmarks.load``: the dynamic-load benchmark.
 
     nightjar bench WORKLOAD [--phases low:0.5:60,high:6:120,low:0.5:60] [--config NAME=POLICY:k=v ...]
+    nightjar bench --phases chat_low:4u:60:chat,mixed_high:32u:120:chat+code,code_low:4u:60:code --lineup
 
 Bad input gives one line on stderr and exit code 2; a run that completes exits 0 whatever
 the verdict (the verdict is a finding, printed and written to the report). ``nightjar bench
@@ -17,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.load import regime
 from benchmarks.load.configs import DEFAULT_CONFIGS
 from benchmarks.load.verdict import TOLERANCE
 
@@ -27,9 +29,13 @@ DEFAULT_PHASES = "low:0.5:60,high:6:120,low:0.5:60"
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nightjar bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("workload", help="Spec-Bench/ShareGPT/Alpaca JSON(L) or JSONL of {prompt}")
+    p.add_argument("workload", nargs="?", default=None,
+                   help="Spec-Bench/ShareGPT/Alpaca JSON(L) or JSONL of {prompt} "
+                   "(the prompts of phases without content)")  # fmt: skip
     p.add_argument("--model", default=os.environ.get("NIGHTJAR_MODEL", str(DEFAULT_MODEL)), help="model dir")
-    p.add_argument("--phases", default=DEFAULT_PHASES, help="name:rate_req_per_s:duration_s,...")
+    p.add_argument("--phases", default=DEFAULT_PHASES,
+                   help="name:RATE|Nu:seconds[:content+...],... "
+                   "(RATE req/s: open loop; N users: closed loop)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="arrivals, prompt order and sampling seeds")
     p.add_argument("--config", action="append", metavar="NAME=POLICY[:k=v,...]",
                    help=f"a configuration (repeat); default: {'; '.join(DEFAULT_CONFIGS)}")  # fmt: skip
@@ -62,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--drafter", default=None, help="drafter model dir for assisted generation")
     p.add_argument("--time-budget", type=float, default=None,
                    help="seconds: skip configurations (then the baseline) that would end later")  # fmt: skip
+    regime.add_args(p)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--log-level", default="warning")
     return p
@@ -92,8 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     v = result.verdict
-    answer = "cannot be tested" if v.missing else ("holds" if v.holds else "does not hold")
-    print(f"verdict: the claim {answer}")
+    print(f"verdict ({v.mode} loop): the claim {v.answer}")
+    for c in v.checks:
+        op = "≤" if c.at_most else "≥"
+        print(f"  {'ok' if c.ok else 'NO'}  {c.name}: {c.value:.3f} ({op} {c.bound:.2f})")
     for path in (outputs.markdown, outputs.json, outputs.timeline_png, outputs.cdf_png):
         print(f"wrote {path}")
     return 0

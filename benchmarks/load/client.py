@@ -75,11 +75,16 @@ def request_body(req: PlannedRequest, opts: ClientOptions) -> dict[str, Any]:
     }
     if opts.model:
         body["model"] = opts.model
-    if opts.endpoint == "chat":
+    if endpoint_of(req, opts) == "chat":
         body["messages"] = [{"role": "user", "content": req.item.prompt}]
     else:
         body["prompt"] = req.item.prompt
     return body
+
+
+def endpoint_of(req: PlannedRequest, opts: ClientOptions) -> str:
+    """The item's own endpoint (raw-text content goes to completions), else the run's."""
+    return req.item.endpoint or opts.endpoint
 
 
 def _chunk_text(chunk: dict[str, Any]) -> str:
@@ -94,7 +99,7 @@ async def send(
     client: httpx.AsyncClient, req: PlannedRequest, opts: ClientOptions, t0: float, rec: RequestRecord
 ) -> None:
     """Stream ``req`` and fill ``rec`` in place (so a cancelled request keeps what it got)."""
-    path = "/v1/chat/completions" if opts.endpoint == "chat" else "/v1/completions"
+    path = "/v1/chat/completions" if endpoint_of(req, opts) == "chat" else "/v1/completions"
     rec.sent_s = time.perf_counter() - t0
     try:
         async with client.stream("POST", path, json=request_body(req, opts)) as resp:

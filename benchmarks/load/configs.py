@@ -26,6 +26,11 @@ class BenchConfig:
         """A fixed configuration: the ones the claim compares nightjar against."""
         return self.policy == STATIC_POLICY
 
+    @property
+    def is_no_spec(self) -> bool:
+        """A static configuration that never speculates (γ = 0): the "nothing pays" baseline."""
+        return self.is_static and str(self.params.get("gamma", "0")).strip() == "0"
+
     def spec(self) -> str:
         extra = ",".join(f"{k}={v}" for k, v in self.params.items())
         return f"{self.name}={self.policy}" + (f":{extra}" if extra else "")
@@ -41,6 +46,19 @@ DEFAULT_CONFIGS = (
     "cost-model=cost-model",
     "nightjar=nightjar:drafter_policy=hedge,offload=true",
 )
+
+
+def lineup(drafters: list[str], gammas: list[int]) -> list[str]:
+    """Every static configuration worth running — no-spec, then each (γ, drafter) pair — and
+    the adaptive ones: threshold and cost-model (given the first drafter, the expected best)
+    and nightjar with its defaults (Hedge over every drafter, offload under KV pressure)."""
+    if not drafters:
+        raise ValueError("the line-up needs at least one drafter")
+    specs = ["no-spec=static:gamma=0"]
+    specs += [f"{d}-{g}=static:gamma={g},drafter={d}" for d in drafters for g in gammas]
+    first = drafters[0]
+    specs += [f"threshold=threshold:drafter={first}", f"cost-model=cost-model:drafter={first}"]
+    return [*specs, "nightjar=nightjar"]
 
 
 def parse_config(spec: str) -> BenchConfig:

@@ -1,6 +1,9 @@
-"""The open-loop driver: send each planned request at its arrival time, whatever the state
+"""The drivers. Open loop: send each planned request at its arrival time, whatever the state
 of earlier ones (a closed loop would slow its arrivals down exactly when the server is
-overloaded and hide the overload)."""
+overloaded and hide the overload), so latencies are the measure. Closed loop: each phase's N
+users send a request, wait for its answer, send the next, until the phase ends (a request
+sent before the end is answered and counted in its phase), so the load adapts to the server
+and tokens/s measures its capacity at that concurrency."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import anyio
 import httpx
 
 from benchmarks.load.client import ClientOptions, RequestRecord, send
-from benchmarks.load.plan import PlannedRequest
+from benchmarks.load.plan import ClosedLoopPlan, Plan, PlannedRequest
 
 Progress = Callable[[RequestRecord], None]
 
@@ -63,6 +66,57 @@ async def drive(
         if rec.end_s is None and rec.error is None:
             rec.error = "timeout" if rec.sent_s is not None else "not sent (timeout)"
     return DriveResult(t0, t0_wall, records)
+
+
+async def drive_closed(
+    client: httpx.AsyncClient,
+    plan: ClosedLoopPlan,
+    opts: ClientOptions,
+    *,
+    drain_timeout_s: float,
+    on_done: Progress | None = None,
+) -> DriveResult:
+    """Run every window's users; requests still open ``drain_timeout_s`` after the last
+    window ends are cancelled and recorded with the error "timeout"."""
+    records: list[RequestRecord] = []
+    t0, t0_wall = time.perf_counter(), time.time()
+    sent_in = [0] * len(plan.windows)
+
+    async def user(w_index: int) -> None:
+        w = plan.windows[w_index]
+        while (now := time.perf_counter() - t0) < w.end_s:
+            k, sent_in[w_index] = sent_in[w_index], sent_in[w_index] + 1
+            req = plan.request(w, k, len(records), now)
+            rec = RequestRecord(req.index, w.index, now, req.max_tokens)
+            records.append(rec)
+            await send(client, req, opts, t0, rec)
+            if on_done is not None:
+                on_done(rec)
+            if not rec.ok:  # a failing server must not be hammered in a tight loop
+                await anyio.sleep(0.05)
+
+    with anyio.move_on_after(plan.windows[-1].end_s + drain_timeout_s):
+        async with anyio.create_task_group() as tg:
+            for w in plan.windows:
+                delay = t0 + w.start_s - time.perf_counter()
+                if delay > 0:
+                    await anyio.sleep(delay)
+                for _ in range(w.phase.users):
+                    tg.start_soon(user, w.index)
+    for rec in records:
+        if rec.end_s is None and rec.error is None:
+            rec.error = "timeout" if rec.sent_s is not None else "not sent (timeout)"
+    return DriveResult(t0, t0_wall, records)
+
+
+async def drive_plan(
+    client: httpx.AsyncClient, plan: Plan, opts: ClientOptions, *, drain_timeout_s: float,
+    on_done: Progress | None = None,
+) -> DriveResult:  # fmt: skip
+    """The closed-loop or the open-loop driver, as the plan is."""
+    if isinstance(plan, ClosedLoopPlan):
+        return await drive_closed(client, plan, opts, drain_timeout_s=drain_timeout_s, on_done=on_done)
+    return await drive(client, plan, opts, drain_timeout_s=drain_timeout_s, on_done=on_done)
 
 
 async def warm_up(client: httpx.AsyncClient, reqs: list[PlannedRequest], opts: ClientOptions) -> list[str]:

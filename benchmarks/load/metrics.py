@@ -9,7 +9,8 @@ whoever asked for them, are kept as ``output_tokens``: a backlog drained in a qu
 would otherwise count as that phase's speed). The whole run divides every token by the
 makespan (from the start of the first phase to the last [DONE]). Latencies of a phase are
 those of the requests that arrived in it. Acceptance, γ, drafter, offload and KV usage come
-from the telemetry steps inside the window.
+from the telemetry steps inside the window. Goodput counts only the requests that met the
+run's SLO (TTFT and TPOT bounds): their output tokens over the same span as throughput.
 """
 
 from __future__ import annotations
@@ -42,6 +43,37 @@ def dist(values: list[float]) -> Dist:
     return Dist(len(values), float(np.percentile(a, 50)), float(np.percentile(a, 99)), float(a.mean()))
 
 
+@dataclass(frozen=True)
+class Slo:
+    """A request meets the SLO when its TTFT and its TPOT are both within these bounds."""
+
+    ttft_s: float = 2.0
+    tpot_s: float = 0.2
+
+    def met(self, r: RequestRecord) -> bool:
+        ttft, tpot = r.ttft, r.tpot
+        return r.ok and ttft is not None and ttft <= self.ttft_s and (tpot is None or tpot <= self.tpot_s)
+
+    def describe(self) -> str:
+        return f"TTFT ≤ {self.ttft_s:g} s and TPOT ≤ {self.tpot_s * 1e3:g} ms"
+
+
+def parse_slo(spec: str) -> Slo:
+    """``ttft=2,tpot=0.2`` (seconds); raises ValueError naming the bad part."""
+    values: dict[str, float] = {}
+    for part in (p.strip() for p in spec.split(",") if p.strip()):
+        key, eq, value = part.partition("=")
+        if not eq or key.strip() not in ("ttft", "tpot"):
+            raise ValueError(f"SLO part {part!r} is not ttft=SECONDS or tpot=SECONDS")
+        try:
+            values[key.strip() + "_s"] = float(value)
+        except ValueError:
+            raise ValueError(f"SLO part {part!r}: not a number") from None
+        if values[key.strip() + "_s"] <= 0:
+            raise ValueError(f"SLO part {part!r}: must be > 0")
+    return Slo(**values)
+
+
 @dataclass
 class PhaseStats:
     label: str
@@ -53,6 +85,8 @@ class PhaseStats:
     output_tokens: float = 0.0  # streamed to clients inside the window, by any request
     cohort_tokens: int = 0  # output tokens of the requests that arrived in the window
     tok_s: float = 0.0  # the arrival cohort's output tokens per second (module docstring)
+    slo_met: int = 0  # requests of the cohort that met the SLO
+    goodput_tok_s: float = 0.0  # their output tokens over the cohort's span
     server_tok_s: float | None = None  # from telemetry num_tokens
     ttft: Dist = field(default_factory=Dist)
     tpot: Dist = field(default_factory=Dist)
@@ -135,6 +169,7 @@ def phase_stats(
     t0_wall: float,
     decisions: dict[int, Decision],
     closed: bool = False,
+    slo: Slo | None = None,
 ) -> PhaseStats:
     """The window [start, end) ([start, end] when ``closed``): latencies of the requests
     that ``arrived`` in it, tokens streamed inside it by any request, telemetry steps inside it."""
@@ -150,6 +185,10 @@ def phase_stats(
     ps.cohort_tokens = sum(r.completion_tokens or 0 for r in ok)
     served_by = max([end, *(r.end_s for r in ok if r.end_s is not None)])
     ps.tok_s = ps.cohort_tokens / (served_by - start) if served_by > start else 0.0
+    good = [r for r in ok if (slo or Slo()).met(r)]
+    ps.slo_met = len(good)
+    good_tokens = sum(r.completion_tokens or 0 for r in good)
+    ps.goodput_tok_s = good_tokens / (served_by - start) if served_by > start else 0.0
     add_telemetry(ps, steps_in(telemetry, t0_wall, start, end), decisions)
     return ps
 
@@ -160,16 +199,17 @@ def config_stats(
     decisions: list[Decision],
     t0_wall: float,
     ws: list[Window],
+    slo: Slo | None = None,
 ) -> list[PhaseStats]:
     """One PhaseStats per window, then the whole run (label ``all``: to the last [DONE])."""
     by_version = {d.version: d for d in decisions}
     out = [
         phase_stats(w.label, w.start_s, w.end_s, [r for r in records if r.window == w.index],
-                    records, telemetry, t0_wall, by_version)
+                    records, telemetry, t0_wall, by_version, slo=slo)
         for w in ws
     ]  # fmt: skip
     end = makespan(records) or (ws[-1].end_s if ws else 0.0)
     out.append(
-        phase_stats(WHOLE_RUN, 0.0, end, records, records, telemetry, t0_wall, by_version, closed=True)
+        phase_stats(WHOLE_RUN, 0.0, end, records, records, telemetry, t0_wall, by_version, True, slo)
     )
     return out

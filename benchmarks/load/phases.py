@@ -1,7 +1,12 @@
-"""Load phases and their Poisson arrivals.
+"""Load phases: open-loop Poisson arrivals or closed-loop users, each with its content.
 
 A phase plan such as ``low:0.5:60,high:6:120,low:0.5:60`` (name:rate_req_per_s:duration_s)
-gives a piecewise-constant rate. Arrivals inside each phase are a Poisson process of that
+gives a piecewise-constant rate (open loop). A rate written ``4u`` means 4 concurrent users
+instead (closed loop: each sends its next request when its last one is answered, so tokens/s
+measures capacity); a plan is one or the other. A fourth field names the phase's content, a
+``+``-separated mix of content sources drawn in equal shares (repeat a name to weigh it):
+``chat_low:4u:60:chat,mixed_high:32u:120:chat+code,code_low:4u:60:code``. Without it a phase
+replays the run's workload file. Arrivals inside each phase are a Poisson process of that
 rate: exponential gaps drawn from one seeded generator, restarted at each phase boundary
 (the process is memoryless, so restarting changes nothing but makes each phase's count
 depend on its own rate only). The same seed gives the same arrival times in every
@@ -17,8 +22,18 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Phase:
     name: str
-    rate: float  # requests per second (0: no arrivals)
+    rate: float  # requests per second (0: no arrivals); 0 for a closed-loop phase
     duration_s: float
+    users: int = 0  # closed loop: concurrent users (0: open loop, Poisson at ``rate``)
+    content: tuple[str, ...] = ()  # content sources mixed in equal shares (empty: the workload)
+
+    @property
+    def closed(self) -> bool:
+        return self.users > 0
+
+    @property
+    def load(self) -> str:
+        return f"{self.users} users" if self.closed else f"{self.rate:g} req/s"
 
 
 @dataclass(frozen=True)
@@ -39,25 +54,41 @@ class Window:
         return self.start_s <= t < self.end_s
 
 
+def _phase(part: str) -> Phase:
+    bits = part.split(":")
+    if len(bits) not in (3, 4) or not bits[0]:
+        raise ValueError(f"phase {part!r} is not name:rate_req_per_s|Nu:duration_s[:content+content]")
+    load = bits[1].strip()
+    closed = load.lower().endswith("u")
+    try:
+        users, rate = (int(load[:-1]), 0.0) if closed else (0, float(load))
+        duration = float(bits[2])
+    except ValueError:
+        raise ValueError(f"phase {part!r}: rate (or Nu users) and duration must be numbers") from None
+    if closed and users < 1:
+        raise ValueError(f"phase {part!r}: a closed-loop phase needs at least 1 user")
+    if rate < 0 or duration <= 0:
+        raise ValueError(f"phase {part!r}: rate must be >= 0 and duration > 0")
+    content: tuple[str, ...] = ()
+    if len(bits) == 4:
+        content = tuple(c.strip() for c in bits[3].split("+"))
+        if not all(content):
+            raise ValueError(f"phase {part!r}: content is name[+name...], got {bits[3]!r}")
+    return Phase(bits[0], rate, duration, users, content)
+
+
 def parse_phases(spec: str) -> list[Phase]:
-    """``name:rate:duration[,name:rate:duration...]``; raises ValueError naming the bad part."""
-    phases: list[Phase] = []
-    for part in (p.strip() for p in spec.split(",")):
-        if not part:
-            continue
-        bits = part.split(":")
-        if len(bits) != 3 or not bits[0]:
-            raise ValueError(f"phase {part!r} is not name:rate_req_per_s:duration_s")
-        try:
-            rate, duration = float(bits[1]), float(bits[2])
-        except ValueError:
-            raise ValueError(f"phase {part!r}: rate and duration must be numbers") from None
-        if rate < 0 or duration <= 0:
-            raise ValueError(f"phase {part!r}: rate must be >= 0 and duration > 0")
-        phases.append(Phase(bits[0], rate, duration))
+    """``name:rate:duration[:content][,...]``; raises ValueError naming the bad part."""
+    phases = [_phase(part) for part in (p.strip() for p in spec.split(",")) if part]
     if not phases:
         raise ValueError("the phase plan is empty")
+    if len({p.closed for p in phases}) > 1:
+        raise ValueError("a phase plan is open loop (req/s) or closed loop (Nu users), not both")
     return phases
+
+
+def is_closed_loop(phases: list[Phase]) -> bool:
+    return bool(phases) and phases[0].closed
 
 
 def windows(phases: list[Phase]) -> list[Window]:

@@ -1,5 +1,6 @@
-"""The markdown report: how the run was made, one table of every configuration and phase
-(with the transformers baseline as rows), the claim's verdict, and what was skipped."""
+"""The markdown report: how the run was made (CPU pinning beside the numbers), one table of
+every configuration and phase (with the oracle and the transformers baseline as rows), the
+claim's verdict, and what was skipped."""
 
 from __future__ import annotations
 
@@ -7,13 +8,13 @@ from pathlib import Path
 
 from benchmarks.load.metrics import WHOLE_RUN, Dist, PhaseStats
 from benchmarks.load.results import BaselineRow, BenchResult
-from benchmarks.load.verdict import verdict_markdown
+from benchmarks.load.verdict_report import verdict_markdown
 
 HEADER = (
-    "| config | phase | requests ok/sent | out tok/s | TTFT p50 / p99 ms | TPOT p50 / p99 ms "
+    "| config | phase | requests ok/sent | out tok/s | goodput tok/s | TTFT p50 / p99 ms | TPOT p50 / p99 ms "
     "| E2E p50 / p99 s | acceptance | γ run / decided | γ mix | drafters | offloaded | KV max |"
 )
-RULE = "|" + "---|" * 13
+RULE = "|" + "---|" * 14
 
 
 def _ms(d: Dist) -> str:
@@ -34,7 +35,7 @@ def _mix(shares: dict[int, float] | dict[str, float]) -> str:
 
 def stats_row(config: str, p: PhaseStats) -> str:
     return (
-        f"| {config} | {p.label} | {p.completed}/{p.requests} | {p.tok_s:.1f} "
+        f"| {config} | {p.label} | {p.completed}/{p.requests} | {p.tok_s:.1f} | {p.goodput_tok_s:.1f} "
         f"| {_ms(p.ttft)} | {_ms(p.tpot)} | {_s(p.e2e)} | {_opt(p.acceptance, '.2f')} "
         f"| {_opt(p.mean_gamma, '.2f')} / {_opt(p.decided_gamma, '.2f')} | {_mix(p.gamma_share)} "
         f"| {_mix(p.drafter_share)} | {_opt(p.offloaded_share, '.0%')} | {_opt(p.kv_max, '.0%')} |"
@@ -44,9 +45,26 @@ def stats_row(config: str, p: PhaseStats) -> str:
 def baseline_row(b: BaselineRow) -> str:
     e2e = "–" if b.e2e_p50 is None or b.e2e_p99 is None else f"{b.e2e_p50:.2f} / {b.e2e_p99:.2f}"
     return (
-        f"| {b.name} | offline | {b.requests}/{b.requests} | {b.tok_s:.1f} | – | – | {e2e} "
+        f"| {b.name} | offline | {b.requests}/{b.requests} | {b.tok_s:.1f} | – | – | – | {e2e} "
         "| – | – | – | – | – | – |"
     )
+
+
+def _loop(meta: dict[str, object]) -> str:
+    if meta.get("loop") == "closed":
+        return "closed loop: N users per phase, each sending its next request when its last is answered"
+    return "open loop: Poisson arrivals"
+
+
+def oracle_rows(result: BenchResult) -> list[str]:
+    """Each phase's best static configuration, and the stitched run (duration-weighted)."""
+    v = result.verdict
+    if v.missing or not v.phases:
+        return []
+    by_name = {r.config.name: {p.label: p for p in r.stats} for r in result.runs}
+    rows = [stats_row(f"oracle ({c.best_static})", by_name[c.best_static][c.label]) for c in v.phases]
+    rows.append(f"| oracle | weighted run | – | {v.oracle_tok_s:.1f} |" + " – |" * 10)
+    return rows
 
 
 def render(result: BenchResult) -> str:
@@ -61,12 +79,15 @@ def render(result: BenchResult) -> str:
         f"- workload: `{m.get('workload', '')}` ({m.get('workload_format', '')}, "
         f"{m.get('prompts', 0)} usable prompts); endpoint {m.get('endpoint', '')}; "
         f"output lengths {m.get('lengths', '')}; ignore_eos",
-        f"- phases: {m.get('phases', '')} (Poisson arrivals, seed {m.get('seed')}); "
-        f"{m.get('requests', 0)} requests per configuration, warm-up {m.get('warmup', 0)} requests",
+        f"- phases: {m.get('phases', '')} ({_loop(m)}, seed {m.get('seed')}); "
+        f"requests per configuration: {m.get('requests', 0)}; warm-up {m.get('warmup', 0)} requests",
+        f"- loop: {m.get('loop', 'open')}; SLO for goodput: {m.get('slo', '')}",
+        f"- CPUs: {m.get('pinning', 'not pinned')}",
         f"- started {m.get('started', '')}; total wall time {m.get('wall_s', 0):.0f} s",
         "",
         "Timings come from one machine whose cores may be shared; expect noise of several percent.",
-        "A phase's throughput is its arrival cohort's: the tokens of the requests that arrived in it over",
+        "A phase's throughput is its arrival cohort's: the tokens of the requests that arrived (closed",
+        "loop: were sent) in it over",
         "the time from its start to the later of its end and their last response, so a backlog counts",
         "against the phase that made it; `all` divides every token by the makespan (to the last",
         "response). Latencies of a phase are those of requests arriving in it. Acceptance, γ,",
@@ -80,6 +101,7 @@ def render(result: BenchResult) -> str:
     for run in result.runs:
         for p in run.stats:
             lines.append(stats_row(run.config.name, p))
+    lines += oracle_rows(result)
     for b in result.baseline:
         lines.append(baseline_row(b))
     notes = [f"- {b.name}: {b.note}" for b in result.baseline if b.note]

@@ -82,16 +82,30 @@ def to_json(result: BenchResult) -> dict[str, Any]:
             for run in result.runs
         ],
         "baseline": [dataclasses.asdict(b) for b in result.baseline],
-        "verdict": {
-            "target": v.target,
-            "tolerance": v.tolerance,
-            "missing": v.missing,
-            "phases_ok": v.phases_ok,
-            "whole_run_ok": v.whole_run_ok,
-            "holds": v.holds,
+        "verdict": verdict_json(v),
+    }
+
+
+def verdict_json(v: Verdict) -> dict[str, Any]:
+    return {
+        "target": v.target,
+        "mode": v.mode,
+        "tolerance": v.tolerance,
+        "missing": v.missing,
+        "holds": v.holds,
+        "answer": v.answer,
+        "best_static": v.best_static,
+        "nothing_pays": v.nothing_pays,
+        "no_spec": v.no_spec,
+        "run_tok_s": v.run_tok_s,
+        "oracle": {
+            "tok_s": v.oracle_tok_s,
+            "margin_over_best_static": v.oracle_margin,
             "phases": [dataclasses.asdict(c) | {"ratio": c.ratio} for c in v.phases],
-            "whole_run": [dataclasses.asdict(c) | {"ratio": c.ratio} for c in v.whole_run],
         },
+        "latency_e2e": {k: list(x) for k, x in v.latency.items()},
+        "goodput_tok_s": v.goodput,
+        "checks": [dataclasses.asdict(c) | {"ok": c.ok} for c in v.checks],
     }
 
 

@@ -17,10 +17,10 @@ from benchmarks.load import plots
 from benchmarks.load.client import ClientOptions, RequestRecord
 from benchmarks.load.collector import StreamCollector
 from benchmarks.load.configs import BenchConfig
-from benchmarks.load.driver import drive, new_client, warm_up
-from benchmarks.load.metrics import config_stats, makespan
-from benchmarks.load.phases import Phase, windows
-from benchmarks.load.plan import PlannedRequest
+from benchmarks.load.driver import drive_plan, new_client, warm_up
+from benchmarks.load.metrics import Slo, config_stats, makespan
+from benchmarks.load.phases import Phase, is_closed_loop, windows
+from benchmarks.load.plan import ClosedLoopPlan, Plan, PlannedRequest
 from benchmarks.load.report import write_markdown
 from benchmarks.load.results import BaselineRow, BenchResult, ConfigRun, write_json
 from benchmarks.load.timeline import build_timeline
@@ -45,6 +45,7 @@ class RunSettings:
     services: str = "inprocess"  # or "processes": three nightjar processes on ``redis_url``
     redis_url: str | None = None
     log_dir: Path = Path("runs/bench-logs")  # the service processes' logs
+    slo: Slo = field(default_factory=Slo)  # goodput counts the requests within it
 
 
 @dataclass
@@ -65,14 +66,15 @@ def services(cfg: BenchConfig, s: RunSettings) -> AbstractAsyncContextManager[Tr
 
 
 async def run_config(
-    cfg: BenchConfig, plan: list[PlannedRequest], warmups: list[PlannedRequest], s: RunSettings
+    cfg: BenchConfig, plan: Plan, warmups: list[PlannedRequest], s: RunSettings
 ) -> ConfigRun:
     """One configuration: fresh services, warm-up, the timed replay, the streams read meanwhile."""
     async with services(cfg, s) as trio, new_client(trio.base_url, s.request_timeout_s) as client:
         warmup_errors = await warm_up(client, warmups, s.client) if warmups else []
         collector = StreamCollector(trio.redis)
         stop = anyio.Event()
-        bar = tqdm(total=len(plan), desc=cfg.name, unit="req", file=sys.stderr, disable=not s.progress)
+        total = None if isinstance(plan, ClosedLoopPlan) else len(plan)
+        bar = tqdm(total=total, desc=cfg.name, unit="req", file=sys.stderr, disable=not s.progress)
         failed = 0
 
         def done(rec: RequestRecord) -> None:
@@ -84,13 +86,13 @@ async def run_config(
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(collector.run, stop)
-            result = await drive(client, plan, s.client, drain_timeout_s=s.drain_timeout_s, on_done=done)
+            result = await drive_plan(client, plan, s.client, drain_timeout_s=s.drain_timeout_s, on_done=done)
             await anyio.sleep(0.5)  # the last steps' telemetry is published after their tokens
             stop.set()
         bar.close()
     ws = windows(s.phases)
     records = result.records
-    stats = config_stats(records, collector.telemetry, collector.decisions, result.t0_wall, ws)
+    stats = config_stats(records, collector.telemetry, collector.decisions, result.t0_wall, ws, s.slo)
     end = max(makespan(records), ws[-1].end_s)
     timeline = build_timeline(records, collector.telemetry, collector.decisions, result.t0_wall, end, s.bin_s)
     return ConfigRun(
@@ -108,7 +110,7 @@ async def run_config(
 
 def run_configs(
     configs: list[BenchConfig],
-    plan: list[PlannedRequest],
+    plan: Plan,
     warmups: list[PlannedRequest],
     s: RunSettings,
     deadline: float | None = None,
@@ -145,7 +147,10 @@ def finish(
 ) -> tuple[BenchResult, Outputs]:
     """Judge the claim and write results.json, report.md and the two plots into ``out_dir``."""
     statics = [r.config.name for r in runs if r.config.is_static]
-    verdict = judge({r.config.name: r.stats for r in runs}, statics, s.target, s.tolerance)
+    no_spec = [r.config.name for r in runs if r.config.is_no_spec]
+    mode = "closed" if is_closed_loop(s.phases) else "open"
+    stats = {r.config.name: r.stats for r in runs}
+    verdict = judge(stats, statics, s.target, s.tolerance, mode=mode, no_spec=no_spec)
     result = BenchResult(dict(meta), runs, verdict, skipped, baseline)
     out_dir.mkdir(parents=True, exist_ok=True)
     ws = windows(s.phases)

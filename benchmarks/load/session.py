@@ -11,10 +11,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.load import regime
 from benchmarks.load.client import ClientOptions
 from benchmarks.load.configs import DEFAULT_CONFIGS, select_configs
+from benchmarks.load.contents import ContentLibrary
+from benchmarks.load.metrics import parse_slo
 from benchmarks.load.phases import parse_phases
-from benchmarks.load.plan import LengthRule, TokenCounter, build_plan, usable_items, warmup_requests
+from benchmarks.load.plan import (
+    ClosedLoopPlan,
+    LengthRule,
+    TokenCounter,
+    make_plan,
+    usable_items,
+    warmup_requests,
+)
 from benchmarks.load.results import BaselineRow, BenchResult
 from benchmarks.load.runner import Outputs, RunSettings, finish, run_configs, stamp
 from benchmarks.load.trio import TrioOptions
@@ -54,25 +64,33 @@ def run(args: argparse.Namespace, out_dir: Path, command: str) -> tuple[BenchRes
 
         torch.set_num_threads(args.threads)
     phases = parse_phases(args.phases)
-    specs = args.config or list(DEFAULT_CONFIGS)
-    configs, skipped = select_configs(specs, skip_unregistered=not args.config)
-    workload = load_workload(args.workload)
+    specs = regime.config_specs(args)
+    configs, skipped = select_configs(specs or list(DEFAULT_CONFIGS), skip_unregistered=specs is None)
+    if args.workload is None and not all(p.content for p in phases):
+        raise BenchError("give a WORKLOAD file, or a content for every phase (name:load:seconds:content)")
+    workload = load_workload(args.workload) if args.workload else None
     count = token_counter(args.model)
-    items = usable_items(workload, count, args.max_prompt_tokens or None)
-    if not items:
+    items = usable_items(workload, count, args.max_prompt_tokens or None) if workload else []
+    if workload and not items:
         raise BenchError(f"no prompt of {args.workload} fits --max-prompt-tokens {args.max_prompt_tokens}")
     lengths = LengthRule(args.lengths, args.max_tokens, min(args.min_tokens, args.max_tokens))
-    plan = build_plan(items, phases, args.seed, lengths, count)
+    library = ContentLibrary(args.data_dir, args.seed)
+    plan = make_plan(items, phases, args.seed, lengths, count, library, args.max_prompt_tokens or None)
     if not plan:
         raise BenchError("the phase plan gives no arrivals: raise a rate or a duration")
-    warmups = warmup_requests(items, args.warmup, args.warmup_tokens)
+    warmups = warmup_requests(items or [r.item for r in plan], args.warmup, args.warmup_tokens)
+    pins = regime.pinning(args)
+    threads = args.threads or (len(pins.worker.split(",")) if pins.worker else None)
     settings = RunSettings(
         phases=phases,
         trio=TrioOptions(
             args.model,
             max_jobs=args.max_jobs,
             engine=typed_pairs(args.engine_opt, "--engine-opt"),
-            threads=args.threads,
+            threads=threads,
+            worker_cpus=pins.worker,
+            other_cpus=pins.others,
+            drafters=regime.bundled_drafter_dirs(args.model) if args.services != "processes" else (),
         ),
         client=ClientOptions(endpoint=args.endpoint, temperature=args.temperature),
         drain_timeout_s=args.drain_timeout,
@@ -83,6 +101,7 @@ def run(args: argparse.Namespace, out_dir: Path, command: str) -> tuple[BenchRes
         services=args.services,
         redis_url=args.redis_url,
         log_dir=out_dir / "logs",
+        slo=parse_slo(args.slo),
     )
     if args.services == "processes" and not (args.redis_url or "").startswith(
         ("redis://", "rediss://", "unix://")
@@ -91,7 +110,13 @@ def run(args: argparse.Namespace, out_dir: Path, command: str) -> tuple[BenchRes
     for note in skipped:
         log.warning("%s", note)
     deadline = t_start + args.time_budget if args.time_budget else None
-    runs, late = run_configs(configs, plan, warmups, settings, deadline)
+    own = os.sched_getaffinity(0)
+    try:
+        if pins.others:  # the load client (this process) keeps off the worker's core
+            os.sched_setaffinity(0, {int(c) for c in pins.others.split(",")})
+        runs, late = run_configs(configs, plan, warmups, settings, deadline)
+    finally:
+        os.sched_setaffinity(0, own)
     skipped += late
     if not runs:
         raise BenchError("no configuration ran: " + "; ".join(late))
@@ -107,14 +132,20 @@ def run(args: argparse.Namespace, out_dir: Path, command: str) -> tuple[BenchRes
         "engine": settings.trio.engine,
         "services": args.services
         + (f" on {args.redis_url}" if args.services == "processes" else " (memory://)"),
-        "workload": args.workload,
-        "workload_format": workload.format,
+        "workload": args.workload or "none (every phase names its content)",
+        "workload_format": workload.format if workload else "-",
         "prompts": len(items),
+        "content": {p.name: "+".join(p.content) for p in phases if p.content},
+        "data_dir": args.data_dir,
+        "loop": "closed" if isinstance(plan, ClosedLoopPlan) else "open",
+        "slo": settings.slo.describe(),
+        "pinning": pins.note,
+        "worker_threads": threads,
         "endpoint": args.endpoint,
         "lengths": f"{args.lengths} (max {args.max_tokens})",
         "phases": args.phases,
         "seed": args.seed,
-        "requests": len(plan),
+        "requests": len(plan) if not isinstance(plan, ClosedLoopPlan) else "closed loop: as many as answered",
         "warmup": len(warmups),
         "started": started,
     }

@@ -46,6 +46,8 @@ class TrioOptions:
     engine: dict[str, Any] = field(default_factory=dict)
     threads: int | None = None  # torch threads of a worker process (in-process: the caller's)
     worker_cpus: str | None = None  # taskset list for a worker process (its own core), e.g. "1"
+    other_cpus: str | None = None  # taskset list for the gateway and planner processes
+    drafters: tuple[str, ...] = ()  # in-process: drafter model dirs (processes: the worker's default)
     start_timeout_s: float = 300.0
 
 
@@ -110,7 +112,9 @@ async def running_trio(cfg: BenchConfig, opts: TrioOptions) -> AsyncIterator[Tri
         engine=dict(opts.engine),
     )  # fmt: skip
     # Loading the model blocks: off the event loop. The worker's own engine factory builds it.
-    engine = await anyio.to_thread.run_sync(lambda: create_engine(opts.model_dir, **opts.engine))
+    engine = await anyio.to_thread.run_sync(
+        lambda: create_engine(opts.model_dir, drafters=opts.drafters, **opts.engine)
+    )
     worker = WorkerService(worker_settings, engine=engine)
     port = free_port()
     server = http_server(

@@ -47,11 +47,12 @@ def service_commands(cfg: BenchConfig, opts: TrioOptions, redis_url: str, port: 
     threads = ["--threads", str(opts.threads)] if opts.threads else []
     redis = ["--redis-url", redis_url]
     pin = ["taskset", "-c", opts.worker_cpus] if opts.worker_cpus else []
+    apart = ["taskset", "-c", opts.other_cpus] if opts.other_cpus else []
     return {
-        "planner": [*base, "planner", *redis, "--policy", cfg.policy, *sets],
+        "planner": [*apart, *base, "planner", *redis, "--policy", cfg.policy, *sets],
         "worker": [*pin, *base, "worker", *redis, "--model", opts.model_dir, "--worker-id", WORKER_ID,
                    "--max-jobs", str(opts.max_jobs), *threads, *engine],
-        "gateway": [*base, "gateway", *redis, "--host", "127.0.0.1", "--port", str(port),
+        "gateway": [*apart, *base, "gateway", *redis, "--host", "127.0.0.1", "--port", str(port),
                     "--max-queue", str(opts.max_queue)],
     }  # fmt: skip
 

@@ -32,6 +32,7 @@ class WorkloadItem:
     prompt: str
     reference: str | None = None  # a reference answer: gives an output length when wanted
     max_tokens: int | None = None  # an output length the file asks for
+    endpoint: str | None = None  # "chat" or "completions" for this item (None: the run's --endpoint)
 
 
 @dataclass

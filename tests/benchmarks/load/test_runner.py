@@ -44,7 +44,7 @@ def test_smoke_run_writes_every_output(models: tuple[Path, Path], workload: Path
     finally:
         reset_fake_server()
     printed = capsys.readouterr().out
-    assert "verdict: the claim" in printed
+    assert "verdict (open loop): the claim" in printed
     for name in ("results.json", "report.md", "timeline.png", "latency_cdf.png"):
         assert (out / name).stat().st_size > 0, name
     assert (out / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -65,6 +65,7 @@ def test_smoke_run_writes_every_output(models: tuple[Path, Path], workload: Path
         assert cfg["timeline"]["decisions"][0]["policy"] == ("static" if cfg["name"] == "off" else "nightjar")
     assert [b["name"] for b in data["baseline"]] == ["hf-generate b=2", "hf-generate b=1", "hf-assisted b=1"]
     assert data["verdict"]["target"] == "nightjar" and data["verdict"]["missing"] is None
+    assert data["verdict"]["mode"] == "open" and data["meta"]["loop"] == "open"
 
     report = (out / "report.md").read_text()
     assert "| off | high#1 |" in report and "| nightjar | all |" in report
