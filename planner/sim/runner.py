@@ -100,7 +100,7 @@ class Runner:
         oracle_catch = 0.0
         if best > 0 and self.oracle_skipped > 0:
             tokens = min(self.oracle_skipped, sc.max_context)
-            oracle_catch = sc.switch_scale * tokens * sc.curves.draft(t.batch_size)
+            oracle_catch = sc.catch_up(t.batch_size, tokens, drafter)
         self.oracle_skipped = 0 if best > 0 else self.oracle_skipped + 1
         catch = sum(e.seconds for e in t.switch_costs)
         alpha = sc.alpha(drafter, domain)

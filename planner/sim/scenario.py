@@ -36,7 +36,7 @@ class Scenario:
     blocks_per_seq: int = 16
     offload_steps: int = 2  # steps an offload takes before the pool grows
     reload_steps: int = 8  # steps a reload takes before the draft can run again
-    switch_scale: float = 0.5  # catch-up of L tokens costs switch_scale · L · draft step time
+    switch_scale: float = 0.5  # catch-up of L tokens costs switch_scale · L · draft step (unmeasured)
     max_context: int = 256  # a catch-up never exceeds the context the sequences hold
     idle_step_s: float = 0.01  # virtual time of a heartbeat
     gamma_cap: int = 16  # the largest γ the worker will run
@@ -70,6 +70,14 @@ class Scenario:
             step -= phase.steps
         return self.phases[-1]
 
+    def catch_up(self, batch: int, tokens: int, drafter: str | None = None) -> float:
+        """Expected seconds of a catch-up over ``tokens`` per sequence: the profile's measured
+        catch-up where it has one, else ``switch_scale`` · tokens · one draft step."""
+        measured = self.curves.catch_up(batch, tokens)
+        if measured is not None:
+            return measured
+        return self.switch_scale * tokens * self.curves.draft(batch, drafter)
+
     def expected_tokens(self, alpha: float, gamma: int) -> float:
         """Expected tokens per sequence per step: (1 − α^(γ+1)) / (1 − α)."""
         return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
@@ -79,7 +87,8 @@ class Scenario:
         key = (batch, gamma, drafter, domain)
         if key not in self._latency:
             alpha = self.alpha(drafter, domain)
-            self._latency[key] = self.curves.step(batch, gamma) / self.expected_tokens(alpha, gamma)
+            step = self.curves.step(batch, gamma, drafter)
+            self._latency[key] = step / self.expected_tokens(alpha, gamma)
         return self._latency[key]
 
     def optimal_gamma(self, batch: int, gamma_max: int, drafter: str, domain: str) -> int:

@@ -90,14 +90,14 @@ class SimWorker:
         catch_up = 0.0
         if gamma > 0 and self.skipped > 0:
             tokens = min(self.skipped, self.sc.max_context)
-            catch_up = self.sc.switch_scale * tokens * curves.draft(batch) * self._noise()
+            catch_up = self.sc.catch_up(batch, tokens, drafter) * self._noise()
             switch.append(SwitchCostEvent(drafter=drafter, batch_size=batch, tokens=tokens, seconds=catch_up))
         self.skipped = 0 if gamma > 0 else self.skipped + 1
         accepted = 0
         if gamma > 0:
             runs = self.rng.geometric(1.0 - alpha, size=batch) - 1 if alpha > 0 else np.zeros(batch, int)
             accepted = int(np.minimum(runs, gamma).sum())
-        draft_time = gamma * curves.draft(batch) * self._noise()
+        draft_time = gamma * curves.draft(batch, drafter) * self._noise()
         verify_time = curves.target(batch, gamma + 1) * self._noise()
         step_time = draft_time + verify_time + catch_up
         counterfactual = {}
