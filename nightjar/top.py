@@ -91,13 +91,16 @@ async def snapshot(r: aioredis.Redis, tail: int = 500) -> Snapshot:
         pipe.get(keys.PLANNER_STATUS)
         pipe.xrevrange(keys.TELEMETRY_STREAM, count=tail)
         workers_raw, acks_raw, latest, active, status_raw, entries = await pipe.execute()
-    pending, lag = await group_load(r, keys.JOBS_STREAM, keys.JOBS_GROUP)
     acks = {_text(k): int(v) for k, v in acks_raw.items()}
     views: dict[str, WorkerView] = {}
     for raw in workers_raw.values():
         info = _decode(raw, WorkerInfo)
         if info is not None:
             views[info.worker_id] = WorkerView(info, acks.get(info.worker_id))
+    pending = lag = 0
+    for stream in _job_streams({v.info.model for v in views.values()}):
+        p, g = await group_load(r, stream, keys.JOBS_GROUP)
+        pending, lag = pending + p, lag + g
     per_worker: dict[str, list[Telemetry]] = defaultdict(list)
     for _, fields in reversed(entries):
         try:
@@ -127,6 +130,15 @@ async def snapshot(r: aioredis.Redis, tail: int = 500) -> Snapshot:
         lag=lag,
         tail=tail,
     )
+
+
+def _job_streams(models: set[str]) -> list[str]:
+    """The job streams to count: one per served model where jobs are queued per model
+    (``keys.jobs_stream``), else the one shared stream."""
+    per_model = getattr(keys, "jobs_stream", None)
+    if per_model is not None:
+        return [str(per_model(m)) for m in sorted(models)]
+    return [str(getattr(keys, "JOBS_STREAM"))]  # noqa: B009 - gone once queues are per model
 
 
 def _text(v: Any) -> str:
