@@ -23,6 +23,8 @@ import redis.asyncio as aioredis
 
 from shared import codec, keys
 from shared.schemas import WorkerInfo
+from shared.streams import group_load
+from tests.chaos import names
 from tests.e2e.conftest import free_port, poll
 
 START_TIMEOUT_S = 120.0  # 2 shared cores: four interpreters importing torch at once take a while
@@ -156,6 +158,15 @@ class Cluster:
         path = self.logs / f"{name}.log"
         return path.read_text(errors="replace")[-chars:] if path.exists() else ""
 
+    def log_size(self, name: str) -> int:
+        path = self.logs / f"{name}.log"
+        return path.stat().st_size if path.exists() else 0
+
+    def log_since(self, name: str, offset: int) -> str:
+        with (self.logs / f"{name}.log").open("rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace")
+
     def logs_of_dead(self) -> str:
         return "\n".join(f"--- {n} exited {rc}:\n{self.log_tail(n)}" for n, rc in self.dead().items())
 
@@ -212,6 +223,20 @@ class Cluster:
         for name in self.dead():
             self.start(name)
         await self.wait_ready(r)
+        await self.wait_quiet(r)
+
+    async def wait_quiet(self, r: aioredis.Redis, timeout_s: float = 90.0) -> None:
+        """Wait until no job is queued or running (what an earlier test left behind), so
+        each scenario's numbers are its own. Past the deadline, go on with a warning."""
+
+        async def quiet() -> bool:
+            pending, lag = await group_load(r, names.jobs_stream(), names.JOBS_GROUP)
+            return pending + lag == 0
+
+        try:
+            await poll(quiet, timeout_s, "an idle job stream", every_s=0.2)
+        except AssertionError:
+            print(f"warning: jobs still queued or running after {timeout_s}s; the scenario starts anyway")
 
 
 async def wait_for(check: object, timeout_s: float, what: str, every_s: float = 0.05) -> object:

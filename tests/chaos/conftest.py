@@ -36,7 +36,9 @@ def chaos_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServe
 
 
 @pytest.fixture(scope="session")
-def cluster(chaos_redis: RedisServer, chaos_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster(
+    chaos_redis: RedisServer, chaos_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
     c = Cluster(chaos_redis, chaos_model, tmp_path_factory.mktemp("chaos-logs"))
     c.start_all()
     try:

@@ -16,8 +16,9 @@ from typing import Any
 import httpx
 import redis.asyncio as aioredis
 
-from shared import codec, jobs, keys
+from shared import codec, jobs
 from shared.schemas import ErrorEvent, FinishEvent, StartEvent, TokenEvent
+from tests.chaos import names
 from tests.e2e.conftest import poll
 from tests.tiny_models import reference_greedy
 
@@ -49,7 +50,7 @@ class Audit:
 async def audit(r: aioredis.Redis, job_id: str) -> Audit:
     a = Audit(job_id)
     seen: Counter[int] = Counter()
-    for entry_id, fields in await r.xrange(keys.job_events(job_id)):
+    for entry_id, fields in await r.xrange(names.job_events(job_id)):
         ev = codec.from_entry(fields)
         if isinstance(ev, StartEvent):
             a.starts.append((ev.worker_id, ev.attempt))
@@ -81,7 +82,7 @@ async def ended(r: aioredis.Redis, job_ids: list[str]) -> set[str]:
     """The jobs whose record has a terminal status."""
     async with r.pipeline(transaction=False) as pipe:
         for j in job_ids:
-            pipe.hget(keys.job_key(j), jobs.STATUS)
+            pipe.hget(names.job_key(j), jobs.STATUS)
         statuses = await pipe.execute()
     done = set()
     for j, raw in zip(job_ids, statuses, strict=True):
@@ -102,7 +103,9 @@ async def wait_all_ended(r: aioredis.Redis, job_ids: list[str], timeout_s: float
         await poll(all_done, timeout_s, what, every_s=0.1)
     except AssertionError:
         missing = sorted(set(job_ids) - await ended(r, job_ids))
-        raise AssertionError(f"timed out after {timeout_s}s: {len(missing)} job(s) never ended: {missing}") from None
+        raise AssertionError(
+            f"timed out after {timeout_s}s: {len(missing)} job(s) never ended: {missing}"
+        ) from None
 
 
 @dataclass
@@ -151,7 +154,7 @@ def expected_greedy(model_dir: Path, prompt: str, n: int) -> list[int]:
 
 async def unacked(r: aioredis.Redis) -> int:
     """Job entries delivered to a worker and not acknowledged yet."""
-    return int((await r.xpending(keys.JOBS_STREAM, keys.JOBS_GROUP))["pending"])
+    return int((await r.xpending(names.jobs_stream(), names.JOBS_GROUP))["pending"])
 
 
 async def wait_acked(r: aioredis.Redis, timeout_s: float = 15) -> None:
@@ -159,3 +162,33 @@ async def wait_acked(r: aioredis.Redis, timeout_s: float = 15) -> None:
         return await unacked(r) == 0
 
     await poll(none_pending, timeout_s, "every job entry to be acknowledged", every_s=0.1)
+
+
+@dataclass(frozen=True)
+class Holding:
+    worker: str
+    status: str
+    events: int  # entries on the job's event stream
+
+
+async def holdings(r: aioredis.Redis, job_ids: list[str]) -> dict[str, Holding]:
+    """Who runs each job and how far it got, in one round trip (cheap enough to poll)."""
+    async with r.pipeline(transaction=False) as pipe:
+        for j in job_ids:
+            pipe.hmget(names.job_key(j), [jobs.WORKER, jobs.STATUS])
+            pipe.xlen(names.job_events(j))
+        got = await pipe.execute()
+    out = {}
+    for i, j in enumerate(job_ids):
+        worker, status = (v.decode() if isinstance(v, bytes) else "" for v in got[2 * i])
+        out[j] = Holding(worker, status, int(got[2 * i + 1]))
+    return out
+
+
+async def busy_on(r: aioredis.Redis, job_ids: list[str], worker: str, min_events: int = 3) -> list[str]:
+    """Jobs running on ``worker`` with at least a start and two token events written."""
+    return [
+        j
+        for j, h in (await holdings(r, job_ids)).items()
+        if h.worker == worker and h.status == "running" and h.events >= min_events
+    ]

@@ -21,7 +21,7 @@ from shared import codec, keys
 from shared.connection import connect
 from shared.schemas import Decision
 from tests.chaos.cluster import Cluster
-from tests.chaos.jobs import audit, expected_greedy, submit, tally, wait_acked, wait_all_ended
+from tests.chaos.jobs import audit, expected_greedy, holdings, submit, tally, wait_acked, wait_all_ended
 from tests.e2e.conftest import poll
 
 pytestmark = [pytest.mark.chaos, pytest.mark.redis, pytest.mark.anyio]
@@ -30,19 +30,23 @@ OUTAGE_S = 5.0
 
 
 async def _tokens_flowing(r: aioredis.Redis, job_ids: list[str], workers: tuple[str, ...]) -> bool:
-    busy = set()
-    for j in job_ids:
-        a = await audit(r, j)
-        if a.workers and len(a.tokens) >= 2 and a.final is None:
-            busy.add(a.workers[-1])
+    busy = {
+        h.worker for h in (await holdings(r, job_ids)).values() if h.status == "running" and h.events >= 3
+    }
     return busy == set(workers)
 
 
-async def test_redis_restart_with_aof_mid_run(healthy: Cluster, gw: httpx.AsyncClient, r: aioredis.Redis) -> None:
+async def test_redis_restart_with_aof_mid_run(
+    healthy: Cluster, gw: httpx.AsyncClient, r: aioredis.Redis
+) -> None:
     c = healthy
     n_tokens = 96
-    accepted = {await submit(gw, f"Redis streams carry jobs {i}", max_tokens=n_tokens, ignore_eos=True):
-                f"Redis streams carry jobs {i}" for i in range(12)}  # fmt: skip
+    accepted = {
+        await submit(
+            gw, f"Redis streams carry jobs {i}", max_tokens=n_tokens, ignore_eos=True
+        ): f"Redis streams carry jobs {i}"
+        for i in range(12)
+    }
     await poll(lambda: _tokens_flowing(r, list(accepted), c.workers), 60, "both workers streaming tokens")
     await r.aclose()
 
@@ -52,8 +56,9 @@ async def test_redis_restart_with_aof_mid_run(healthy: Cluster, gw: httpx.AsyncC
         while time.time() < down_at + OUTAGE_S:  # the outage itself: probe the gateway meanwhile
             prompt = f"During the outage {len(during)}"
             try:
-                resp = await probe.post("/v1/jobs", json={"prompt": prompt,
-                                                          "params": {"max_tokens": 8, "ignore_eos": True}})
+                resp = await probe.post(
+                    "/v1/jobs", json={"prompt": prompt, "params": {"max_tokens": 8, "ignore_eos": True}}
+                )
                 during.append(resp.status_code)
                 assert resp.headers["content-type"].startswith("application/json"), resp.text
                 if resp.status_code < 300:
@@ -86,10 +91,14 @@ async def test_redis_restart_with_aof_mid_run(healthy: Cluster, gw: httpx.AsyncC
         assert t.clean() and t.failed == 0, t
         await wait_acked(r2)
         # New jobs are served after the outage.
-        new = {await submit(gw, f"After the outage {i}", max_tokens=8, ignore_eos=True): f"After the outage {i}"
-               for i in range(4)}  # fmt: skip
+        new = {
+            await submit(gw, f"After the outage {i}", max_tokens=8, ignore_eos=True): f"After the outage {i}"
+            for i in range(4)
+        }
         await wait_all_ended(r2, list(new), 60, "jobs submitted after the restart")
-        t2 = tally([await audit(r2, j) for j in new], {j: expected_greedy(c.model_dir, p, 8) for j, p in new.items()})
+        t2 = tally(
+            [await audit(r2, j) for j in new], {j: expected_greedy(c.model_dir, p, 8) for j, p in new.items()}
+        )
         assert t2.clean() and t2.failed == 0, t2
     finally:
         await r2.aclose()
@@ -99,8 +108,12 @@ async def test_planner_killed_mid_run(healthy: Cluster, gw: httpx.AsyncClient, r
     c = healthy
     before = codec.decode_as(await r.get(keys.DECISION_LATEST), Decision)
     n_tokens = 48
-    job_ids = {await submit(gw, f"Once upon a planner {i}", max_tokens=n_tokens, ignore_eos=True):
-               f"Once upon a planner {i}" for i in range(12)}  # fmt: skip
+    job_ids = {
+        await submit(
+            gw, f"Once upon a planner {i}", max_tokens=n_tokens, ignore_eos=True
+        ): f"Once upon a planner {i}"
+        for i in range(12)
+    }
     await poll(lambda: _tokens_flowing(r, list(job_ids), c.workers), 60, "both workers streaming tokens")
     c.signal("planner", signal.SIGKILL)
     await wait_all_ended(r, list(job_ids), 90, "every job to end with the planner dead")
@@ -122,11 +135,18 @@ async def test_planner_killed_mid_run(healthy: Cluster, gw: httpx.AsyncClient, r
     latest = await poll(resumed, 60, "the restarted planner's decision applied by both workers", every_s=0.1)
     assert isinstance(latest, Decision) and latest.policy == before.policy == "static"
     assert latest.gamma_table == before.gamma_table  # it resumed the policy it ran
-    print(f"\n[chaos d] {t} decision v{before.version} -> v{latest.version} "
-          f"applied {time.time() - restarted_at:.1f}s after the restart")  # fmt: skip
-    new = {await submit(gw, f"Planner back {i}", max_tokens=8, ignore_eos=True): f"Planner back {i}" for i in range(4)}
+    print(
+        f"\n[chaos d] {t} decision v{before.version} -> v{latest.version} "
+        f"applied {time.time() - restarted_at:.1f}s after the restart"
+    )
+    new = {
+        await submit(gw, f"Planner back {i}", max_tokens=8, ignore_eos=True): f"Planner back {i}"
+        for i in range(4)
+    }
     await wait_all_ended(r, list(new), 60, "jobs after the planner restart")
-    t2 = tally([await audit(r, j) for j in new], {j: expected_greedy(c.model_dir, p, 8) for j, p in new.items()})
+    t2 = tally(
+        [await audit(r, j) for j in new], {j: expected_greedy(c.model_dir, p, 8) for j, p in new.items()}
+    )
     assert t2.clean() and t2.failed == 0, t2
     await wait_acked(r)
     assert not c.dead(), c.logs_of_dead()

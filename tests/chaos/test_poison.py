@@ -14,25 +14,35 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from shared import codec, keys
+from shared import codec
 from shared.errors import ErrorCode
 from shared.schemas import FinishEvent, JobRequest, SamplingParams
+from tests.chaos import names
 from tests.chaos.cluster import Cluster
 from tests.chaos.jobs import audit, expected_greedy, submit, tally, wait_acked, wait_all_ended
 
 pytestmark = [pytest.mark.chaos, pytest.mark.redis, pytest.mark.anyio]
 
 
-async def test_poison_temperature_fails_alone(healthy: Cluster, gw: httpx.AsyncClient, r: aioredis.Redis) -> None:
+async def test_poison_temperature_fails_alone(
+    healthy: Cluster, gw: httpx.AsyncClient, r: aioredis.Redis
+) -> None:
     c = healthy
     n_tokens = 32
-    mates = {await submit(gw, f"Batch mate {i} of the poison", max_tokens=n_tokens, ignore_eos=True):
-             f"Batch mate {i} of the poison" for i in range(10)}  # fmt: skip
+    mates = {
+        await submit(
+            gw, f"Batch mate {i} of the poison", max_tokens=n_tokens, ignore_eos=True
+        ): f"Batch mate {i} of the poison"
+        for i in range(10)
+    }
     poison = {"temperature": 1e-300, "max_tokens": n_tokens, "ignore_eos": True}
     via_jobs = await gw.post("/v1/jobs", json={"prompt": "Poison via the job API", "params": poison})
-    raw = JobRequest(job_id="chaos-poison-raw", prompt="Poison past the gateway",
-                     params=SamplingParams(temperature=1e-300, top_p=1e-300, max_tokens=n_tokens, ignore_eos=True))  # fmt: skip
-    await r.xadd(keys.JOBS_STREAM, codec.entry(raw))
+    raw = JobRequest(
+        job_id="chaos-poison-raw",
+        prompt="Poison past the gateway",
+        params=SamplingParams(temperature=1e-300, top_p=1e-300, max_tokens=n_tokens, ignore_eos=True),
+    )
+    await r.xadd(names.jobs_stream(), codec.entry(raw))
     body = {"prompt": "Poison via OpenAI", "max_tokens": n_tokens, "temperature": 1e-300}
     with anyio.fail_after(90):
         via_openai = await gw.post("/v1/completions", json=body)
@@ -42,18 +52,25 @@ async def test_poison_temperature_fails_alone(healthy: Cluster, gw: httpx.AsyncC
     audits = {j: await audit(r, j) for j in mates}
     t = tally(list(audits.values()), {j: expected_greedy(c.model_dir, p, n_tokens) for j, p in mates.items()})
     poisoned = {j: (await audit(r, j)).final for j in poison_ids}
-    outcomes = {j: f.finish_reason if isinstance(f, FinishEvent) else f"error:{f.code}" for j, f in poisoned.items()
-                if f is not None}  # fmt: skip
-    dead_letters = [f for _, f in await r.xrange(keys.DEAD_LETTER_STREAM)]
-    print(f"\n[chaos e] mates {t} poison: job API {via_jobs.status_code}, OpenAI {via_openai.status_code}, "
-          f"outcomes {outcomes}, dead letters {len(dead_letters)}, dead {c.dead()}")  # fmt: skip
+    outcomes = {
+        j: f.finish_reason if isinstance(f, FinishEvent) else f"error:{f.code}"
+        for j, f in poisoned.items()
+        if f is not None
+    }
+    dead_letters = [f for _, f in await r.xrange(names.dead_letter_stream())]
+    print(
+        f"\n[chaos e] mates {t} poison: job API {via_jobs.status_code}, OpenAI {via_openai.status_code}, "
+        f"outcomes {outcomes}, dead letters {len(dead_letters)}, dead {c.dead()}"
+    )
     assert not c.dead(), c.logs_of_dead()
     assert t.clean() and t.failed == 0, t
     assert via_jobs.status_code in (202, 400), via_jobs.text
     assert via_openai.status_code in (200, 400), via_openai.text
     assert set(outcomes) == set(poison_ids)
     for f in poisoned.values():  # a result, or a typed error of its own (not a dead letter)
-        assert isinstance(f, FinishEvent) or f.code in {e.value for e in ErrorCode} - {ErrorCode.DEAD_LETTER.value}
+        assert isinstance(f, FinishEvent) or f.code in {e.value for e in ErrorCode} - {
+            ErrorCode.DEAD_LETTER.value
+        }
     mate_entries = {a.job_id for a in audits.values()}
     assert not [d for d in dead_letters if any(m.encode() in v for m in mate_entries for v in d.values())]
     await wait_acked(r)
