@@ -9,6 +9,7 @@ worker; speculation counters also by drafter, acceptance also by draft position.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from shared.metrics import ITL_BUCKETS, MOVE_BUCKETS, STEP_BUCKETS, MetricSet
 from shared.schemas import ErrorEvent, FinishEvent, JobRequest, StepStats
@@ -77,56 +78,67 @@ class WorkerMetrics(MetricSet):
         self.fallback = g("decision_fallback", "1 while the built-in fallback rule is in force.", MW)
         self.jobs = c("worker_jobs_finished", "Jobs this worker finished, by outcome.", (*MW, "outcome"))
         self.job_attempts = c("worker_job_attempts", "Deliveries of the jobs finished here.", MW)
-        self.resident.labels(**self.labels).set(1)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self._c(self.resident).set(1)
+
+    def _c(self, metric: Any, *extra: str) -> Any:
+        """``metric``'s child for this worker (and ``extra`` labels), looked up once."""
+        key = (id(metric), extra)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(self.model, self.worker, *extra)
+        return child
 
     def observe_idle(self) -> None:
         """An idle heartbeat: nothing runs or waits in the engine."""
-        self.running.labels(**self.labels).set(0)
-        self.waiting.labels(**self.labels).set(0)
+        self._c(self.running).set(0)
+        self._c(self.waiting).set(0)
 
     def observe_step(self, s: StepStats, decision_version: int, fallback: bool) -> None:
-        """One engine step (or an idle heartbeat: batch 0, nothing computed)."""
-        lb = self.labels
-        self.running.labels(**lb).set(s.running)
-        self.waiting.labels(**lb).set(s.waiting)
+        """One engine step that ran (its stats as the telemetry carries them)."""
+        c = self._c
+        c(self.running).set(s.running)
+        c(self.waiting).set(s.waiting)
         if s.total_blocks:
-            self.kv_usage.labels(**lb).set(1.0 - s.free_blocks / s.total_blocks)
-            self.kv_blocks.labels(**lb).set(s.total_blocks)
-        self.resident.labels(**lb).set(1 if s.draft_resident else 0)
-        self.decision_version.labels(**lb).set(decision_version)
-        self.fallback.labels(**lb).set(1 if fallback else 0)
-        self.prefix_queries.labels(**lb).inc(s.prefix_queries)
-        self.prefix_hits.labels(**lb).inc(s.prefix_hits)
-        self.preemptions.labels(**lb).inc(s.preempted)
+            c(self.kv_usage).set(1.0 - s.free_blocks / s.total_blocks)
+            c(self.kv_blocks).set(s.total_blocks)
+        c(self.resident).set(1 if s.draft_resident else 0)
+        c(self.decision_version).set(decision_version)
+        c(self.fallback).set(1 if fallback else 0)
+        if s.prefix_queries:
+            c(self.prefix_queries).inc(s.prefix_queries)
+            c(self.prefix_hits).inc(s.prefix_hits)
+        if s.preempted:
+            c(self.preemptions).inc(s.preempted)
         for m in s.memory_events:
-            self.memory_events.labels(**lb, event=m.kind).inc()
-            self.memory_seconds.labels(**lb, event=m.kind).observe(m.seconds)
+            c(self.memory_events, m.kind).inc()
+            c(self.memory_seconds, m.kind).observe(m.seconds)
         for sc in s.switch_costs:
-            self.switch_seconds.labels(**lb, drafter=sc.drafter).observe(sc.seconds)
+            c(self.switch_seconds, sc.drafter).observe(sc.seconds)
         for name, rate in s.counterfactual.items():
-            self.counterfactual.labels(**lb, drafter=name).set(rate)
+            c(self.counterfactual, name).set(rate)
         if not (s.batch_size or s.prefill_tokens or s.num_tokens):
-            return  # idle
-        self.steps.labels(**lb).inc()
-        self.step_time.labels(**lb).observe(s.step_time)
-        self.tokens.labels(**lb).inc(s.num_tokens)
-        self.prefill.labels(**lb).inc(s.prefill_tokens)
-        self.gamma.labels(**lb).set(s.gamma)
-        self.gamma_steps.labels(**lb, gamma=str(s.gamma)).inc()
+            return  # nothing computed
+        c(self.steps).inc()
+        c(self.step_time).observe(s.step_time)
+        c(self.tokens).inc(s.num_tokens)
+        c(self.prefill).inc(s.prefill_tokens)
+        c(self.gamma).set(s.gamma)
+        c(self.gamma_steps, str(s.gamma)).inc()
         if s.drafter is not None and s.proposed:
             d = s.drafter
-            self.drafter_steps.labels(**lb, drafter=d).inc()
-            self.drafts.labels(**lb, drafter=d).inc(s.num_drafts or s.batch_size)
-            self.draft_tokens.labels(**lb, drafter=d).inc(s.proposed)
-            self.accepted.labels(**lb, drafter=d).inc(s.accepted)
+            c(self.drafter_steps, d).inc()
+            c(self.drafts, d).inc(s.num_drafts or s.batch_size)
+            c(self.draft_tokens, d).inc(s.proposed)
+            c(self.accepted, d).inc(s.accepted)
             for pos, n in enumerate(s.accepted_per_pos):
-                self.accepted_pos.labels(**lb, drafter=d, position=str(pos)).inc(n)
+                c(self.accepted_pos, d, str(pos)).inc(n)
 
     def observe_final(self, final: FinishEvent | ErrorEvent, attempts: int) -> None:
         """A job's final write landed."""
         outcome = final.finish_reason if isinstance(final, FinishEvent) else "error"
-        self.jobs.labels(**self.labels, outcome=outcome).inc()
-        self.job_attempts.labels(**self.labels).inc(max(1, attempts))
+        self._c(self.jobs, outcome).inc()
+        self._c(self.job_attempts).inc(max(1, attempts))
 
 
 def log_finished(job: JobRequest, final: FinishEvent | ErrorEvent, worker: str, attempts: int) -> None:
