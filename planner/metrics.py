@@ -62,8 +62,7 @@ class PlannerMetrics(MetricSet):
 
     def observe_telemetry(self, t: Telemetry) -> None:
         self.observed.labels(worker=t.worker_id).inc()
-        if t.fallback:
-            self.fallback.labels(worker=t.worker_id).inc()
+        self.fallback.labels(worker=t.worker_id).inc(1 if t.fallback else 0)  # 0: exported from the start
 
     def on_publish(self, d: Decision) -> None:
         """A decision was published."""

@@ -79,6 +79,11 @@ class WorkerMetrics(MetricSet):
         self.jobs = c("worker_jobs_finished", "Jobs this worker finished, by outcome.", (*MW, "outcome"))
         self.job_attempts = c("worker_job_attempts", "Deliveries of the jobs finished here.", MW)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        for metric in (self.running, self.waiting, self.kv_usage, self.kv_blocks, self.prefix_queries,
+                       self.prefix_hits, self.preemptions, self.steps, self.step_time, self.tokens,
+                       self.prefill, self.gamma, self.decision_version, self.fallback,
+                       self.job_attempts):  # fmt: skip
+            self._c(metric)  # exported (at 0) from the start, so rates have a beginning
         self._c(self.resident).set(1)
 
     def _c(self, metric: Any, *extra: str) -> Any:
