@@ -189,7 +189,10 @@ class WorkerService:
         # Held (and renewed) from now on, but stepped only when no batch mate breaks the
         # rule: a job on its last delivery runs alone.
         if run.alone:
-            log.warning("job %s is on its last delivery: running it alone", run.job_id)
+            log.warning(
+                "job %s is on its last delivery: running it alone (request %s)", run.job_id,
+                run.job.request_id, extra={"job_id": run.job_id, "request_id": run.job.request_id},
+            )
         while (run.alone and len(self.running) > 1) or any(o.alone for o in self.running if o is not run):
             await self.running.ended.wait()
         self.engine.add_request(run.engine_request())
@@ -247,7 +250,11 @@ class WorkerService:
             run.done = True
             self.engine.abort_request(job_id)
             self.jobs_lost += 1
-            log.warning("job %s was taken over by another worker; stopped here", job_id)
+            rid = run.job.request_id
+            log.warning(
+                "job %s was taken over by another worker; stopped here (request %s)", job_id, rid,
+                extra={"job_id": job_id, "request_id": rid},
+            )
 
     async def _heartbeat(self) -> None:
         await self.presence.beat(
@@ -267,8 +274,12 @@ class WorkerService:
             except codec.CodecError as exc:
                 log.error("skipping a malformed cancel entry: %s", exc)
                 continue
-            if isinstance(msg, CancelRequest) and msg.job_id in self.running:
-                log.info("cancelling job %s", msg.job_id)
+            if isinstance(msg, CancelRequest) and (run := self.running.get(msg.job_id)) is not None:
+                rid = run.job.request_id
+                log.info(
+                    "cancelling job %s (request %s)", msg.job_id, rid,
+                    extra={"job_id": msg.job_id, "request_id": rid},
+                )
                 self.engine.abort_request(msg.job_id)
 
     # -- the engine -----------------------------------------------------------------------
