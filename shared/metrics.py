@@ -69,6 +69,7 @@ class MetricSet:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
+        self.http_server: WSGIServer | None = None  # serving /metrics, once serve_http started it
         with _LIVE_LOCK:
             _LIVE[:] = [r for r in _LIVE if r() is not None]
             _LIVE.append(weakref.ref(self.registry))
@@ -89,6 +90,7 @@ class MetricSet:
         if port is None:
             return None
         server, _ = serve(port, host)
+        self.http_server = server
         log.info("metrics at http://%s:%d/metrics", host, server.server_port)
         return server
 

@@ -204,3 +204,35 @@ def test_configure_json_writes_one_object_a_line(monkeypatch: pytest.MonkeyPatch
     assert got["msg"] == "one 1" and got["worker"] == "w1"
     with pytest.raises(ValueError):
         logs.configure("info", "xml")  # type: ignore[arg-type]
+
+
+def test_cli_flags() -> None:
+    from nightjar.cli import build_parser
+
+    args = build_parser().parse_args(["--log-format", "json", "worker", "--metrics-port", "9100"])
+    assert args.log_format == "json" and args.metrics_port == 9100 and args.metrics_host == "127.0.0.1"
+    args = build_parser().parse_args(["planner", "--metrics-port", "0", "--metrics-host", "0.0.0.0"])
+    assert args.metrics_port == 0 and args.metrics_host == "0.0.0.0" and args.log_format == "plain"
+    assert build_parser().parse_args(["worker"]).metrics_port is None
+
+
+@pytest.mark.anyio
+async def test_a_planner_serves_metrics_on_its_port(r: Any) -> None:
+    import anyio
+
+    from planner.service import PlannerService
+    from planner.settings import PlannerSettings
+
+    planner = PlannerService(PlannerSettings(metrics_port=0, block_ms=50), redis=r)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(planner.run)
+            while planner.metrics.http_server is None or planner.metrics.last is None:
+                await anyio.sleep(0.02)
+            port = planner.metrics.http_server.server_port
+            async with httpx.AsyncClient() as client:
+                got = await client.get(f"http://127.0.0.1:{port}/metrics")
+            tg.cancel_scope.cancel()
+    assert got.status_code == 200
+    assert 'nightjar:planner_active_policy{policy="' in got.text
+    assert "nightjar:planner_decision_version 1.0" in got.text
