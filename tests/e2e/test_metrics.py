@@ -87,10 +87,13 @@ async def test_metrics_request_ids_and_top_on_a_speculative_run(caplog: pytest.L
                 _check_gateway(samples)
                 _check_worker(samples)
                 _check_planner(samples)
+                hedge = await _hedge_weights(gw)
                 snap = top.render(await top.snapshot(r), "memory://")
             server.should_exit = True
     _check_logs(caplog)
     _check_top(snap)
+    assert set(hedge) >= {"ngram"} and sum(hedge.values()) == pytest.approx(1.0, abs=0.01)
+    assert "hedge     drafter weights" in snap and "policy nightjar" in snap
 
 
 async def _ready(gw: httpx.AsyncClient) -> bool:
@@ -143,11 +146,30 @@ async def _offload_and_back(gw: httpx.AsyncClient) -> None:
         async def moved(ev: str = event) -> bool:
             await gw.post("/v1/completions", json={"prompt": "a b c", "max_tokens": 4})
             s = await scrape(gw)
-            return any(
-                lb.get("event") == ev and v > 0 for lb, v in s.get("nightjar:memory_events_total", [])
-            )
+            return any(lb.get("event") == ev and v > 0 for lb, v in s.get("nightjar:memory_events_total", []))
 
         await poll(moved, 60, f"a drafter {event}", every_s=0.2)
+
+
+async def _hedge_weights(gw: httpx.AsyncClient) -> dict[str, float]:
+    """Swap to the nightjar policy (NormalHedge over the drafters): its weights are exported."""
+    resp = await gw.post("/admin/policy", json={"policy": "nightjar"}, headers={"Authorization": "Bearer t"})
+    assert resp.status_code == 202
+
+    async def weights() -> dict[str, float]:
+        await gw.post("/v1/completions", json={"prompt": "one two one two one", "max_tokens": 8})
+        s = await scrape(gw)
+        active = (
+            total(s, "nightjar:planner_active_policy", policy="nightjar")
+            if any(lb.get("policy") == "nightjar" for lb, _ in s.get("nightjar:planner_active_policy", []))
+            else 0
+        )
+        got = {lb["drafter"]: v for lb, v in s.get("nightjar:planner_drafter_weight", [])}
+        return got if active == 1 and got else {}
+
+    got = await poll(weights, 60, "the nightjar policy's drafter weights", every_s=0.2)
+    assert isinstance(got, dict)
+    return got
 
 
 def _check_gateway(s: Samples) -> None:
@@ -182,9 +204,7 @@ def _check_worker(s: Samples) -> None:
     proposed = total(s, "nightjar:spec_decode_num_draft_tokens_total", **w)
     accepted = total(s, "nightjar:spec_decode_num_accepted_tokens_total", **w)
     assert drafts > 0 and proposed >= drafts and 0 < accepted <= proposed
-    per_pos = {
-        lb["position"]: v for lb, v in s["nightjar:spec_decode_num_accepted_tokens_per_pos_total"]
-    }
+    per_pos = {lb["position"]: v for lb, v in s["nightjar:spec_decode_num_accepted_tokens_per_pos_total"]}
     assert sum(per_pos.values()) == accepted and per_pos["0"] >= per_pos.get("1", 0)
     assert total(s, "nightjar:step_time_seconds_count", **w) > 10
     assert total(s, "nightjar:spec_decode_gamma_steps_total", gamma="3", **w) > 0
@@ -220,10 +240,9 @@ def _check_logs(caplog: pytest.LogCaptureFixture) -> None:
 
 
 def _check_top(text: str) -> None:
-    assert WORKER in text and "nj-target" in text
-    assert "policy static" in text and "decision v" in text
-    assert re.search(r"≥1: 3/\d", text), text  # γ decided / run in the one bucket
-    assert "drafter shares" in text
+    assert WORKER in text and "nj-target" in text and "decision v" in text
+    assert re.search(r"\d+(-\d+)?: \d+/(\d\.\d|-)", text), text  # γ decided / run per bucket
+    assert "drafter shares" in text and re.search(r"nj-draft-\w+ \d+%", text), text
 
 
 async def test_decision_is_readable_after_run() -> None:
