@@ -21,4 +21,8 @@ COPY benchmarks benchmarks
 RUN pip install .
 
 EXPOSE 8000
+# Each service runs as pid 1 and handles SIGTERM itself: the gateway stops accepting and lets
+# open responses end, a worker drains (NIGHTJAR_DRAIN_TIMEOUT_S) and hands back what is left.
+# Give the container a stop grace period longer than that (compose.yaml does).
+STOPSIGNAL SIGTERM
 CMD ["nightjar", "--help"]

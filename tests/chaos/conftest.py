@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 
 from shared.connection import connect
 from tests.chaos.cluster import Cluster, RedisServer
+from tests.chaos.jobs import precompute_references
 from tests.tiny_models import build_llama
 
 
@@ -42,6 +43,7 @@ def cluster(
     c = Cluster(chaos_redis, chaos_model, tmp_path_factory.mktemp("chaos-logs"))
     c.start_all()
     try:
+        precompute_references(chaos_model)  # while the services start
         yield c
     finally:
         c.stop_all()

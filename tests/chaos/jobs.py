@@ -33,6 +33,7 @@ class Audit:
     final: FinishEvent | ErrorEvent | None = None
     final_ms: int | None = None  # the first final event's stream time (ms since the epoch)
     starts: list[tuple[str, int]] = field(default_factory=list)  # (worker, attempt)
+    start_ms: list[int] = field(default_factory=list)  # each start event's stream time
 
     @property
     def gaps(self) -> int:
@@ -54,6 +55,7 @@ async def audit(r: aioredis.Redis, job_id: str) -> Audit:
         ev = codec.from_entry(fields)
         if isinstance(ev, StartEvent):
             a.starts.append((ev.worker_id, ev.attempt))
+            a.start_ms.append(_ms(entry_id))
         elif isinstance(ev, TokenEvent):
             for pos, tok in enumerate(ev.token_ids, start=ev.index):
                 seen[pos] += 1
@@ -66,8 +68,13 @@ async def audit(r: aioredis.Redis, job_id: str) -> Audit:
             a.finals += 1
             if a.final is None:
                 a.final = ev
-                a.final_ms = int(entry_id.split(b"-")[0])
+                a.final_ms = _ms(entry_id)
     return a
+
+
+def _ms(entry_id: bytes | str) -> int:
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return int(text.split("-")[0])
 
 
 async def submit(gw: httpx.AsyncClient, prompt: str, **params: Any) -> str:
@@ -136,6 +143,22 @@ def tally(audits: list[Audit], expected: dict[str, list[int]] | None = None) -> 
             got = a.final.token_ids if isinstance(a.final, FinishEvent) else None
             t.wrong += got != expected[a.job_id] or a.token_ids != expected[a.job_id]
     return t
+
+
+# The prompts of the scenarios, shared so that each reference output is computed once
+# (transformers' generate costs ~0.5 s a job here), while the cluster starts.
+N_TOKENS = 48
+PROMPTS = [f"The quick brown fox {i} jumps" if i % 2 else f"Once upon a time {i}" for i in range(20)]
+LONG_N = 128  # the pause scenario: long enough to outlast the takeover
+LONG_PROMPTS = [f"Speculative decoding {i} drafts tokens" for i in range(6)]
+SHORT_N = 8
+SHORT_PROMPTS = [f"Short job {i}" for i in range(12)]
+
+
+def precompute_references(model_dir: Path) -> None:
+    for prompts, n in ((PROMPTS, N_TOKENS), (LONG_PROMPTS, LONG_N), (SHORT_PROMPTS, SHORT_N)):
+        for p in prompts:
+            expected_greedy(model_dir, p, n)
 
 
 @lru_cache(maxsize=4)

@@ -21,7 +21,19 @@ from shared import codec, keys
 from shared.connection import connect
 from shared.schemas import Decision
 from tests.chaos.cluster import Cluster
-from tests.chaos.jobs import audit, expected_greedy, holdings, submit, tally, wait_acked, wait_all_ended
+from tests.chaos.jobs import (
+    N_TOKENS,
+    PROMPTS,
+    SHORT_N,
+    SHORT_PROMPTS,
+    audit,
+    expected_greedy,
+    holdings,
+    submit,
+    tally,
+    wait_acked,
+    wait_all_ended,
+)
 from tests.e2e.conftest import poll
 
 pytestmark = [pytest.mark.chaos, pytest.mark.redis, pytest.mark.anyio]
@@ -40,24 +52,22 @@ async def test_redis_restart_with_aof_mid_run(
     healthy: Cluster, gw: httpx.AsyncClient, r: aioredis.Redis
 ) -> None:
     c = healthy
-    n_tokens = 96
-    accepted = {
-        await submit(
-            gw, f"Redis streams carry jobs {i}", max_tokens=n_tokens, ignore_eos=True
-        ): f"Redis streams carry jobs {i}"
-        for i in range(12)
-    }
+    accepted = {await submit(gw, p, max_tokens=N_TOKENS, ignore_eos=True): p for p in PROMPTS[:12]}
     await poll(lambda: _tokens_flowing(r, list(accepted), c.workers), 60, "both workers streaming tokens")
+    before = codec.decode_as(await r.get(keys.DECISION_LATEST), Decision).version
     await r.aclose()
 
     down_at = c.redis.stop()
+    # A service started while Redis is down waits for it (the planner starts in a second).
+    c.signal("planner", signal.SIGKILL)
+    c.start("planner")
     during: list[int | str] = []  # what the gateway answered while Redis was down
     async with httpx.AsyncClient(base_url=c.url, timeout=OUTAGE_S + 10) as probe:
         while time.time() < down_at + OUTAGE_S:  # the outage itself: probe the gateway meanwhile
-            prompt = f"During the outage {len(during)}"
+            prompt = SHORT_PROMPTS[len(during) % len(SHORT_PROMPTS)]
             try:
                 resp = await probe.post(
-                    "/v1/jobs", json={"prompt": prompt, "params": {"max_tokens": 8, "ignore_eos": True}}
+                    "/v1/jobs", json={"prompt": prompt, "params": {"max_tokens": SHORT_N, "ignore_eos": True}}
                 )
                 during.append(resp.status_code)
                 assert resp.headers["content-type"].startswith("application/json"), resp.text
@@ -68,8 +78,8 @@ async def test_redis_restart_with_aof_mid_run(
                     assert "retry-after" in resp.headers, resp.headers
             except httpx.TransportError as exc:
                 during.append(type(exc).__name__)
-            with anyio.move_on_after(max(0.0, min(0.5, down_at + OUTAGE_S - time.time()))):
-                await anyio.Event().wait()  # pace the probes (the outage lasts OUTAGE_S whatever happens)
+            # Pace the probes: the outage lasts OUTAGE_S by design, this is not a wait for a condition.
+            await anyio.sleep(max(0.0, min(0.5, down_at + OUTAGE_S - time.time())))
         dead_during = c.dead()
     c.redis.start()
     up_at = time.time()
@@ -78,7 +88,7 @@ async def test_redis_restart_with_aof_mid_run(
         assert not dead_during, f"died during the outage: {dead_during}\n{c.logs_of_dead()}"
         await wait_all_ended(r2, list(accepted), 120, "every accepted job to end after the restart")
         audits = {j: await audit(r2, j) for j in accepted}
-        n_of = {j: n_tokens if p.startswith("Redis") else 8 for j, p in accepted.items()}
+        n_of = {j: SHORT_N if p in SHORT_PROMPTS else N_TOKENS for j, p in accepted.items()}
         expected = {j: expected_greedy(c.model_dir, p, n_of[j]) for j, p in accepted.items()}
         t = tally(list(audits.values()), expected)
         last_ms = max(a.final_ms or 0 for a in audits.values())
@@ -90,14 +100,17 @@ async def test_redis_restart_with_aof_mid_run(
         assert not dead_after, c.logs_of_dead()
         assert t.clean() and t.failed == 0, t
         await wait_acked(r2)
+
+        async def planner_publishing() -> bool:
+            return codec.decode_as(await r2.get(keys.DECISION_LATEST), Decision).version > before
+
+        await poll(planner_publishing, 30, "the planner started during the outage to publish")
         # New jobs are served after the outage.
-        new = {
-            await submit(gw, f"After the outage {i}", max_tokens=8, ignore_eos=True): f"After the outage {i}"
-            for i in range(4)
-        }
+        new = {await submit(gw, p, max_tokens=SHORT_N, ignore_eos=True): p for p in SHORT_PROMPTS[:4]}
         await wait_all_ended(r2, list(new), 60, "jobs submitted after the restart")
         t2 = tally(
-            [await audit(r2, j) for j in new], {j: expected_greedy(c.model_dir, p, 8) for j, p in new.items()}
+            [await audit(r2, j) for j in new],
+            {j: expected_greedy(c.model_dir, p, SHORT_N) for j, p in new.items()},
         )
         assert t2.clean() and t2.failed == 0, t2
     finally:
@@ -107,13 +120,8 @@ async def test_redis_restart_with_aof_mid_run(
 async def test_planner_killed_mid_run(healthy: Cluster, gw: httpx.AsyncClient, r: aioredis.Redis) -> None:
     c = healthy
     before = codec.decode_as(await r.get(keys.DECISION_LATEST), Decision)
-    n_tokens = 48
-    job_ids = {
-        await submit(
-            gw, f"Once upon a planner {i}", max_tokens=n_tokens, ignore_eos=True
-        ): f"Once upon a planner {i}"
-        for i in range(12)
-    }
+    n_tokens = N_TOKENS
+    job_ids = {await submit(gw, p, max_tokens=n_tokens, ignore_eos=True): p for p in PROMPTS[8:]}
     await poll(lambda: _tokens_flowing(r, list(job_ids), c.workers), 60, "both workers streaming tokens")
     c.signal("planner", signal.SIGKILL)
     await wait_all_ended(r, list(job_ids), 90, "every job to end with the planner dead")
@@ -139,13 +147,11 @@ async def test_planner_killed_mid_run(healthy: Cluster, gw: httpx.AsyncClient, r
         f"\n[chaos d] {t} decision v{before.version} -> v{latest.version} "
         f"applied {time.time() - restarted_at:.1f}s after the restart"
     )
-    new = {
-        await submit(gw, f"Planner back {i}", max_tokens=8, ignore_eos=True): f"Planner back {i}"
-        for i in range(4)
-    }
+    new = {await submit(gw, p, max_tokens=SHORT_N, ignore_eos=True): p for p in SHORT_PROMPTS[4:8]}
     await wait_all_ended(r, list(new), 60, "jobs after the planner restart")
     t2 = tally(
-        [await audit(r, j) for j in new], {j: expected_greedy(c.model_dir, p, 8) for j, p in new.items()}
+        [await audit(r, j) for j in new],
+        {j: expected_greedy(c.model_dir, p, SHORT_N) for j, p in new.items()},
     )
     assert t2.clean() and t2.failed == 0, t2
     await wait_acked(r)

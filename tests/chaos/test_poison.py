@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import anyio
 import httpx
+import msgpack
 import pytest
 import redis.asyncio as aioredis
 
@@ -19,7 +20,16 @@ from shared.errors import ErrorCode
 from shared.schemas import FinishEvent, JobRequest, SamplingParams
 from tests.chaos import names
 from tests.chaos.cluster import Cluster
-from tests.chaos.jobs import audit, expected_greedy, submit, tally, wait_acked, wait_all_ended
+from tests.chaos.jobs import (
+    N_TOKENS,
+    PROMPTS,
+    audit,
+    expected_greedy,
+    submit,
+    tally,
+    wait_acked,
+    wait_all_ended,
+)
 
 pytestmark = [pytest.mark.chaos, pytest.mark.redis, pytest.mark.anyio]
 
@@ -28,21 +38,21 @@ async def test_poison_temperature_fails_alone(
     healthy: Cluster, gw: httpx.AsyncClient, r: aioredis.Redis
 ) -> None:
     c = healthy
-    n_tokens = 32
-    mates = {
-        await submit(
-            gw, f"Batch mate {i} of the poison", max_tokens=n_tokens, ignore_eos=True
-        ): f"Batch mate {i} of the poison"
-        for i in range(10)
-    }
+    n_tokens = N_TOKENS
+    mates = {await submit(gw, p, max_tokens=n_tokens, ignore_eos=True): p for p in PROMPTS[:10]}
     poison = {"temperature": 1e-300, "max_tokens": n_tokens, "ignore_eos": True}
     via_jobs = await gw.post("/v1/jobs", json={"prompt": "Poison via the job API", "params": poison})
     raw = JobRequest(
         job_id="chaos-poison-raw",
+        model=names.MODEL,
         prompt="Poison past the gateway",
-        params=SamplingParams(temperature=1e-300, top_p=1e-300, max_tokens=n_tokens, ignore_eos=True),
+        params=SamplingParams(temperature=0.5, top_p=0.5, max_tokens=n_tokens, ignore_eos=True),
     )
-    await r.xadd(names.jobs_stream(), codec.entry(raw))
+    # Packed by hand, so the entry really carries 1e-300 (the schema would raise it on the way in).
+    data = raw.model_dump(mode="json")
+    data["params"].update(temperature=1e-300, top_p=1e-300)
+    envelope = {"v": codec.SCHEMA_VERSION, "t": JobRequest.kind, "d": data}
+    await r.xadd(names.jobs_stream(), {codec.FIELD: msgpack.packb(envelope, use_bin_type=True)})
     body = {"prompt": "Poison via OpenAI", "max_tokens": n_tokens, "temperature": 1e-300}
     with anyio.fail_after(90):
         via_openai = await gw.post("/v1/completions", json=body)
@@ -51,7 +61,17 @@ async def test_poison_temperature_fails_alone(
 
     audits = {j: await audit(r, j) for j in mates}
     t = tally(list(audits.values()), {j: expected_greedy(c.model_dir, p, n_tokens) for j, p in mates.items()})
-    poisoned = {j: (await audit(r, j)).final for j in poison_ids}
+    poison_audits = {j: await audit(r, j) for j in poison_ids}
+    poisoned = {j: a.final for j, a in poison_audits.items()}
+    # Each poison job ran alongside batch mates on its worker (the mates it could have taken down).
+    alongside = {
+        j: sum(
+            1
+            for m in audits.values()
+            if m.workers[-1] == p.workers[-1] and m.start_ms[-1] <= p.start_ms[-1] <= (m.final_ms or 0)
+        )
+        for j, p in poison_audits.items()
+    }
     outcomes = {
         j: f.finish_reason if isinstance(f, FinishEvent) else f"error:{f.code}"
         for j, f in poisoned.items()
@@ -60,13 +80,14 @@ async def test_poison_temperature_fails_alone(
     dead_letters = [f for _, f in await r.xrange(names.dead_letter_stream())]
     print(
         f"\n[chaos e] mates {t} poison: job API {via_jobs.status_code}, OpenAI {via_openai.status_code}, "
-        f"outcomes {outcomes}, dead letters {len(dead_letters)}, dead {c.dead()}"
+        f"outcomes {outcomes}, mates alongside {alongside}, dead letters {len(dead_letters)}, dead {c.dead()}"
     )
     assert not c.dead(), c.logs_of_dead()
     assert t.clean() and t.failed == 0, t
     assert via_jobs.status_code in (202, 400), via_jobs.text
     assert via_openai.status_code in (200, 400), via_openai.text
     assert set(outcomes) == set(poison_ids)
+    assert any(alongside.values()), alongside  # the poison met batch mates, and they survived it
     for f in poisoned.values():  # a result, or a typed error of its own (not a dead letter)
         assert isinstance(f, FinishEvent) or f.code in {e.value for e in ErrorCode} - {
             ErrorCode.DEAD_LETTER.value

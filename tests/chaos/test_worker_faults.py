@@ -18,7 +18,20 @@ import redis.asyncio as aioredis
 from shared import codec, keys
 from shared.schemas import WorkerInfo
 from tests.chaos.cluster import Cluster
-from tests.chaos.jobs import Audit, audit, busy_on, expected_greedy, holdings, submit, tally, wait_all_ended
+from tests.chaos.jobs import (
+    LONG_N,
+    LONG_PROMPTS,
+    N_TOKENS,
+    PROMPTS,
+    Audit,
+    audit,
+    busy_on,
+    expected_greedy,
+    holdings,
+    submit,
+    tally,
+    wait_all_ended,
+)
 from tests.e2e.conftest import poll
 
 pytestmark = [pytest.mark.chaos, pytest.mark.redis, pytest.mark.anyio]
@@ -26,8 +39,7 @@ pytestmark = [pytest.mark.chaos, pytest.mark.redis, pytest.mark.anyio]
 
 async def test_worker_sigkill_under_load(healthy: Cluster, gw: httpx.AsyncClient, r: aioredis.Redis) -> None:
     c = healthy
-    n_tokens = 48
-    prompts = {f"The quick brown fox {i} jumps" if i % 2 else f"Once upon a time {i}": i for i in range(20)}
+    n_tokens, prompts = N_TOKENS, PROMPTS
     t0 = time.time()
     job_ids = {await submit(gw, p, max_tokens=n_tokens, ignore_eos=True): p for p in prompts}
     victim = c.workers[0]
@@ -65,13 +77,12 @@ async def test_worker_sigstop_past_claim_idle_then_sigcont(
 ) -> None:
     c = healthy
     victim, other = c.workers
-    n_tokens = 128  # long enough that the paused worker still has work left when it resumes
-    prompts = {f"Speculative decoding {i} drafts tokens": i for i in range(6)}
+    n_tokens, prompts = LONG_N, LONG_PROMPTS  # long enough that the paused worker still has work left
     job_ids = {await submit(gw, p, max_tokens=n_tokens, ignore_eos=True): p for p in prompts}
 
     async def victim_busy() -> list[str]:
         got = await busy_on(r, list(job_ids), victim)
-        return got if len(got) >= 2 else []
+        return got if len(got) >= 3 else []
 
     held = await poll(victim_busy, 60, f"{victim} to be running jobs", every_s=0.05)
     assert isinstance(held, list)
