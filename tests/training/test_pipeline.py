@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
@@ -24,6 +25,7 @@ def _cfg(recipe: Recipe) -> LoopConfig:
     return LoopConfig(steps=recipe.steps, lr=recipe.lr, warmup=recipe.warmup, log_every=10)
 
 
+@pytest.mark.train
 def test_mini_target_learns_and_saves_a_loadable_hf_dir(
     tiny_tokenizer: PreTrainedTokenizerFast, tiny_target: Recipe, tmp_path: Path
 ) -> None:
@@ -49,6 +51,7 @@ def test_mini_target_learns_and_saves_a_loadable_hf_dir(
     assert torch.allclose(got, want, atol=0.1)
 
 
+@pytest.mark.train
 def test_same_seed_same_target(tiny_tokenizer: PreTrainedTokenizerFast, tiny_target: Recipe) -> None:
     streams = _streams(tiny_tokenizer)
     short = LoopConfig(steps=5, lr=tiny_target.lr, warmup=2)
@@ -58,6 +61,7 @@ def test_same_seed_same_target(tiny_tokenizer: PreTrainedTokenizerFast, tiny_tar
         assert torch.equal(pa, pb)
 
 
+@pytest.mark.train
 def test_drafter_distils_towards_the_target(
     tiny_tokenizer: PreTrainedTokenizerFast, tiny_target: Recipe, tiny_drafter: Recipe
 ) -> None:

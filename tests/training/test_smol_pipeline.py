@@ -28,6 +28,7 @@ def test_a_drafter_agrees_with_itself(tiny_tokenizer: PreTrainedTokenizerFast, t
     assert sequence_agreement(teacher.model, seqs) == (1.0, 1.0, 4.0)
 
 
+@pytest.mark.train
 def test_train_smol_drafters_end_to_end(tiny_tokenizer: PreTrainedTokenizerFast, tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     arch = ArchSpec(16, 1, 2, 1, 32)

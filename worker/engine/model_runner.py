@@ -1,6 +1,6 @@
 """A model plus its paged KV cache, run on a list of ``ForwardItem``.
 
-The same class serves the target and, later, each drafter (a smaller model with its own
+The same class serves the target and each model drafter (a smaller model with its own
 cache and its own BlockManager): it knows nothing of requests or scheduling. An item is
 "compute these tokens at these positions through this block table, and give me the logits
 of the last ``num_logits`` rows": 1 for the end of a prefill chunk or a decode row, γ+1 for

@@ -94,6 +94,21 @@ def test_exact_repeat_skips_prefill_and_reuses_logits(
     assert out.new_token_ids + rest.tokens["again"] == references[i]
 
 
+@pytest.mark.parametrize("partial_tail", [True, False])
+def test_exact_repeat_without_stored_logits_computes_one_token(
+    llama_dir: Path, references: list[list[int]], partial_tail: bool
+) -> None:
+    engine = load_engine(llama_dir, block_size=4, num_blocks=128, logits_cache_size=0)
+    i = next(i for i, p in enumerate(PROMPTS) if bool(len(p) % 4) == partial_tail)
+    params = SamplingParams(max_tokens=NEW, ignore_eos=True)
+    drive(engine, [EngineRequest("first", PROMPTS[i], params)])
+    engine.add_request(EngineRequest("again", PROMPTS[i], params))
+    step = engine.step()
+    assert step.stats.prefill_tokens == 1 and step.stats.prefix_hits == len(PROMPTS[i])
+    (out,) = step.outputs
+    assert out.new_token_ids + drive(engine, []).tokens["again"] == references[i]
+
+
 def test_shared_prefix_is_served_from_cache(llama_dir: Path) -> None:
     engine = load_engine(llama_dir, block_size=4, num_blocks=128)
     params = SamplingParams(max_tokens=2, ignore_eos=True)
