@@ -25,9 +25,9 @@ import torch
 from transformers import AutoModelForCausalLM, DynamicCache, LogitsProcessor, LogitsProcessorList
 
 from shared.schemas import SamplingParams
-from worker.engine.loader import load_engine
 from worker.engine.api import EngineRequest
 from worker.engine.engine import LLMEngine
+from worker.engine.loader import load_engine
 from worker.engine.model_runner import ForwardItem
 
 DEFAULT_PROMPTS = "/work/shared/data/workloads/sharegpt_v3_filtered_1000.json"
