@@ -36,13 +36,13 @@ from worker.engine.inbox import Abort, AddRequest, ApplyDecision, Inbox, Resize
 from worker.engine.kv_cache import bytes_per_block
 from worker.engine.logits_cache import LogitsCache
 from worker.engine.model_runner import ForwardItem, ModelRunner
-from worker.engine.records import Candidate, Drafted, Verified
+from worker.engine.records import Candidate, Drafted, StepWork, Verified
 from worker.engine.scheduler import Scheduled, Scheduler
 from worker.engine.sequence import Sequence
 from worker.engine.spec.drafter import Drafter
 from worker.engine.spec.memory import ElasticMemory
 from worker.engine.spec.pool import DrafterPool
-from worker.engine.spec.speculator import DraftRound, Feedback, Speculator
+from worker.engine.spec.speculator import Feedback, Speculator
 from worker.engine.spec.verify import verify_batch
 
 log = logging.getLogger(__name__)
@@ -128,43 +128,22 @@ class LLMEngine(Engine):
         plan = self.scheduler.schedule(num_lookahead=gamma)
         for seq in plan.preempted:
             self.spec.free(seq.request_id)
-        touched += plan.rejected
-        lengths = [len(s.seq.token_ids) for s in plan.scheduled]
-        drafted, verified, kept, prefilled, failed = DraftRound(), list[Verified](), 0, 0, list[Sequence]()
-        t1 = t2 = time.perf_counter()
-        try:
-            self.runner.cache.copy(self.blocks.take_copies())
-            drafted = self.spec.draft(drafter, plan.scheduled)
-            t1 = time.perf_counter()
-            verified = verify_batch(self._run(plan.scheduled, drafted.drafts))
-            kept = self._postprocess(plan.scheduled, verified)
-            t2 = time.perf_counter()
-            cached = sum(1 for v in verified if v.candidate.from_cache)  # exact repeats computed nothing
-            prefilled = sum(s.num_new for s in plan.scheduled if s.prefill) - cached
-        except Exception as exc:
-            failed = self._isolate(plan.scheduled, lengths, exc)
-            drafted, verified, kept = DraftRound(), [], 0
-            t2 = time.perf_counter()
-        else:
-            for s in plan.scheduled:
-                if s.seq.suspect and not s.prefill:
-                    s.seq.suspect = False  # a decoding step of its own went through: cleared
-        touched += [v.seq for v in verified] + failed
-        feedback = self._feedback(drafter, verified)
-        outputs = self._retire(touched)
-        running = self.scheduler.running
+        work = self._advance(plan.scheduled, drafter)
+        feedback = self._feedback(drafter, work.verified)
+        outputs = self._retire(touched + plan.rejected + [v.seq for v in work.verified] + work.failed)
+        running, drafted = self.scheduler.running, work.drafted
         step_time = time.perf_counter() - t0
         stats = StepStats(
             step=self._step,
-            batch_size=sum(1 for v in verified if not v.candidate.scheduled.prefill),
-            prefill_tokens=prefilled,
-            num_tokens=kept,
+            batch_size=sum(1 for v in work.verified if not v.candidate.scheduled.prefill),
+            prefill_tokens=work.prefilled,
+            num_tokens=work.kept,
             gamma=gamma if drafted.drafts else 0,
             drafter=drafted.drafter,
             step_time=step_time,
             draft_time=drafted.seconds,
-            verify_time=t2 - t1,
-            other_time=step_time - (t2 - t1) - drafted.seconds,
+            verify_time=work.verify_time,
+            other_time=step_time - work.verify_time - drafted.seconds,
             counterfactual_time=feedback.seconds,
             proposed=drafted.proposed,
             accepted=feedback.accepted,
@@ -181,12 +160,32 @@ class LLMEngine(Engine):
             prefix_queries=self.blocks.prefix_queries - queries0,
             prefix_hits=self.blocks.prefix_hits - hits0,
             preempted=len(plan.preempted),
-            failed=sum(1 for s in failed if s.is_finished),
+            failed=len(work.failed),
             decision_version=self._decision.version if self._decision else 0,
             memory_events=memory_events,
         )
         self._step += 1
         return StepResult(outputs, stats)
+
+    def _advance(self, scheduled: list[Scheduled], drafter: Drafter | None) -> StepWork:
+        """draft → run → verify → postprocess for the scheduled sequences, or, if any of it
+        raises, the failure isolated (see the module docstring)."""
+        lengths = [len(s.seq.token_ids) for s in scheduled]
+        try:
+            self.runner.cache.copy(self.blocks.take_copies())
+            drafted = self.spec.draft(drafter, scheduled)
+            t0 = time.perf_counter()
+            verified = verify_batch(self._run(scheduled, drafted.drafts))
+            kept = self._postprocess(scheduled, verified)
+            verify_time = time.perf_counter() - t0
+        except Exception as exc:
+            return StepWork(failed=self._isolate(scheduled, lengths, exc))
+        for s in scheduled:
+            if s.seq.suspect and not s.prefill:
+                s.seq.suspect = False  # a decoding step of its own went through: cleared
+        cached = sum(1 for v in verified if v.candidate.from_cache)  # exact repeats computed nothing
+        prefilled = sum(s.num_new for s in scheduled if s.prefill) - cached
+        return StepWork(drafted, verified, kept, prefilled, verify_time)
 
     def _run(self, scheduled: list[Scheduled], drafts: dict[str, Drafted]) -> list[Candidate]:
         """The target forward. A candidate per sequence that gets tokens this step: γ+1 rows

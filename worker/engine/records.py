@@ -1,17 +1,19 @@
 """The named records one engine step passes from phase to phase.
 
-schedule → ``Scheduled`` (scheduler.py) → draft → ``Drafted`` per decoding sequence → run →
-``Candidate`` per sequence whose forward produced logits rows → verify → ``Verified`` (the
-tokens the target chose) → postprocess. Each phase takes the records of the one before and
-returns its own; none fills in an argument.
+schedule → ``Scheduled`` (scheduler.py) → draft → ``DraftRound`` (a ``Drafted`` per
+decoding sequence) → run → ``Candidate`` per sequence whose forward produced logits rows →
+verify → ``Verified`` (the tokens the target chose) → postprocess; ``StepWork`` sums up those
+phases for the step's stats. Each phase takes the records of the one before and returns its own; none fills in an
+argument.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from shared.schemas import SwitchCostEvent
 from worker.engine.scheduler import Scheduled
 from worker.engine.sequence import Sequence
 
@@ -24,6 +26,20 @@ class Drafted:
     tokens: list[int]
     q: torch.Tensor | None  # [len(tokens), V] draft probabilities (sampled sequences; None: point mass)
     requested: int  # γ reserved for it
+
+
+@dataclass
+class DraftRound:
+    """What drafting did this step."""
+
+    drafts: dict[str, Drafted] = field(default_factory=dict)  # request id -> its drafts
+    drafter: str | None = None  # the drafter that drafted (None: nothing was drafted)
+    switch_cost: SwitchCostEvent | None = None  # its catch-up, when it had any
+    seconds: float = 0.0  # the proposal forwards
+
+    @property
+    def proposed(self) -> int:
+        return sum(len(d.tokens) for d in self.drafts.values())
 
 
 @dataclass
@@ -57,3 +73,15 @@ class Verified:
     @property
     def drafted(self) -> Drafted | None:
         return self.candidate.drafted
+
+
+@dataclass
+class StepWork:
+    """What draft → run → verify → postprocess did this step (all zero after a failure)."""
+
+    drafted: DraftRound = field(default_factory=DraftRound)
+    verified: list[Verified] = field(default_factory=list)
+    kept: int = 0  # tokens emitted
+    prefilled: int = 0  # prompt tokens computed
+    verify_time: float = 0.0  # the target forward, verification and postprocess
+    failed: list[Sequence] = field(default_factory=list)  # finished with an engine error

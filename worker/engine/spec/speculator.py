@@ -14,26 +14,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from shared.schemas import Decision, SwitchCostEvent
-from worker.engine.records import Drafted, Verified
+from shared.schemas import Decision
+from worker.engine.records import Drafted, DraftRound, Verified
 from worker.engine.scheduler import Scheduled
 from worker.engine.spec.drafter import Drafter
 from worker.engine.spec.memory import ElasticMemory
 from worker.engine.spec.pool import DrafterPool
-
-
-@dataclass
-class DraftRound:
-    """What drafting did this step."""
-
-    drafts: dict[str, Drafted] = field(default_factory=dict)  # request id -> its drafts
-    drafter: str | None = None  # the drafter that drafted (None: nothing was drafted)
-    switch_cost: SwitchCostEvent | None = None  # its catch-up, when it had any
-    seconds: float = 0.0  # the proposal forwards
-
-    @property
-    def proposed(self) -> int:
-        return sum(len(d.tokens) for d in self.drafts.values())
 
 
 @dataclass
