@@ -188,7 +188,9 @@ class Cluster:
         now = time.time()
         live = set()
         for raw in (await r.hgetall(keys.WORKERS)).values():
-            info = codec.decode_as(raw, WorkerInfo)
+            info = codec.decode_as(raw, WorkerInfo) if isinstance(raw, bytes) else None
+            if info is None:
+                continue
             p = self.procs.get(info.worker_id)
             if p is not None and p.poll() is None and info.pid == p.pid and now - info.ts < 3:
                 live.add(info.worker_id)

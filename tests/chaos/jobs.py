@@ -11,13 +11,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import redis.asyncio as aioredis
 
-from shared import codec, jobs
-from shared.schemas import ErrorEvent, FinishEvent, StartEvent, TokenEvent
+from shared import codec, jobs, keys
+from shared.schemas import Decision, ErrorEvent, FinishEvent, StartEvent, TokenEvent, WorkerInfo
 from tests.chaos import names
 from tests.e2e.conftest import poll
 from tests.tiny_models import reference_greedy
@@ -51,7 +51,7 @@ class Audit:
 async def audit(r: aioredis.Redis, job_id: str) -> Audit:
     a = Audit(job_id)
     seen: Counter[int] = Counter()
-    for entry_id, fields in await r.xrange(names.job_events(job_id)):
+    for entry_id, fields in await xrange(r, names.job_events(job_id)):
         ev = codec.from_entry(fields)
         if isinstance(ev, StartEvent):
             a.starts.append((ev.worker_id, ev.attempt))
@@ -70,6 +70,21 @@ async def audit(r: aioredis.Redis, job_id: str) -> Audit:
                 a.final = ev
                 a.final_ms = _ms(entry_id)
     return a
+
+
+async def xrange(r: aioredis.Redis, stream: str) -> list[tuple[bytes, dict[bytes, bytes]]]:
+    """XRANGE with the types redis-py leaves loose."""
+    return cast(list[tuple[bytes, dict[bytes, bytes]]], await r.xrange(stream))
+
+
+async def latest_decision(r: aioredis.Redis) -> Decision:
+    raw = await r.get(keys.DECISION_LATEST)
+    assert isinstance(raw, bytes), "no decision published"
+    return codec.decode_as(raw, Decision)
+
+
+def worker_info(raw: object) -> WorkerInfo | None:
+    return codec.decode_as(raw, WorkerInfo) if isinstance(raw, bytes) else None
 
 
 def _ms(entry_id: bytes | str) -> int:
@@ -162,7 +177,7 @@ def precompute_references(model_dir: Path) -> None:
 
 
 @lru_cache(maxsize=4)
-def _tokenizer(model_dir: Path):  # type: ignore[no-untyped-def]
+def _tokenizer(model_dir: Path) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(model_dir)

@@ -57,7 +57,7 @@ async def send_all(base_url: str, reqs: list[Req]) -> list[Outcome]:
 
         async def one(req: Req) -> None:
             async with limit:
-                headers = {k: v.encode("latin-1", "replace") for k, v in req.headers.items()}
+                headers = [(k.encode(), v.encode("latin-1", "replace")) for k, v in req.headers.items()]
                 try:
                     resp = await client.request(req.method, req.path, content=req.body, headers=headers)
                 except httpx.TimeoutException:

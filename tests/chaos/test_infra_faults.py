@@ -17,7 +17,7 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from shared import codec, keys
+from shared import keys
 from shared.connection import connect
 from shared.schemas import Decision
 from tests.chaos.cluster import Cluster
@@ -29,6 +29,7 @@ from tests.chaos.jobs import (
     audit,
     expected_greedy,
     holdings,
+    latest_decision,
     submit,
     tally,
     wait_acked,
@@ -54,7 +55,7 @@ async def test_redis_restart_with_aof_mid_run(
     c = healthy
     accepted = {await submit(gw, p, max_tokens=N_TOKENS, ignore_eos=True): p for p in PROMPTS[:12]}
     await poll(lambda: _tokens_flowing(r, list(accepted), c.workers), 60, "both workers streaming tokens")
-    before = codec.decode_as(await r.get(keys.DECISION_LATEST), Decision).version
+    before = (await latest_decision(r)).version
     await r.aclose()
 
     down_at = c.redis.stop()
@@ -102,7 +103,7 @@ async def test_redis_restart_with_aof_mid_run(
         await wait_acked(r2)
 
         async def planner_publishing() -> bool:
-            return codec.decode_as(await r2.get(keys.DECISION_LATEST), Decision).version > before
+            return (await latest_decision(r2)).version > before
 
         await poll(planner_publishing, 30, "the planner started during the outage to publish")
         # New jobs are served after the outage.
@@ -119,7 +120,7 @@ async def test_redis_restart_with_aof_mid_run(
 
 async def test_planner_killed_mid_run(healthy: Cluster, gw: httpx.AsyncClient, r: aioredis.Redis) -> None:
     c = healthy
-    before = codec.decode_as(await r.get(keys.DECISION_LATEST), Decision)
+    before = await latest_decision(r)
     n_tokens = N_TOKENS
     job_ids = {await submit(gw, p, max_tokens=n_tokens, ignore_eos=True): p for p in PROMPTS[8:]}
     await poll(lambda: _tokens_flowing(r, list(job_ids), c.workers), 60, "both workers streaming tokens")
@@ -134,8 +135,8 @@ async def test_planner_killed_mid_run(healthy: Cluster, gw: httpx.AsyncClient, r
     c.start("planner")
 
     async def resumed() -> Decision | None:
-        latest = codec.decode_as(await r.get(keys.DECISION_LATEST), Decision)
-        acks = {k.decode(): int(v) for k, v in (await r.hgetall(keys.DECISION_ACKS)).items()}
+        latest = await latest_decision(r)
+        acks = {_text(k): int(v) for k, v in (await r.hgetall(keys.DECISION_ACKS)).items()}
         if latest.version > before.version and all(acks.get(w, -1) >= latest.version for w in c.workers):
             return latest
         return None
@@ -156,3 +157,7 @@ async def test_planner_killed_mid_run(healthy: Cluster, gw: httpx.AsyncClient, r
     assert t2.clean() and t2.failed == 0, t2
     await wait_acked(r)
     assert not c.dead(), c.logs_of_dead()
+
+
+def _text(v: bytes | str) -> str:
+    return v.decode() if isinstance(v, bytes) else v

@@ -15,8 +15,7 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from shared import codec, keys
-from shared.schemas import WorkerInfo
+from shared import keys
 from tests.chaos.cluster import Cluster
 from tests.chaos.jobs import (
     LONG_N,
@@ -31,6 +30,7 @@ from tests.chaos.jobs import (
     submit,
     tally,
     wait_all_ended,
+    worker_info,
 )
 from tests.e2e.conftest import poll
 
@@ -104,7 +104,7 @@ async def test_worker_sigstop_past_claim_idle_then_sigcont(
     async def victim_settled() -> bool:
         # The resumed worker has noticed (a heartbeat after the resume) and holds nothing more.
         raw = await r.hget(keys.WORKERS, victim)
-        info = codec.decode_as(raw, WorkerInfo) if raw else None
+        info = worker_info(raw)
         return info is not None and info.ts > resumed_at + 0.5 and info.running == 0
 
     await poll(victim_settled, 60, f"{victim} to settle after SIGCONT", every_s=0.1)
