@@ -1,20 +1,21 @@
 """The drivers. Open loop: send each planned request at its arrival time, whatever the state
 of earlier ones (a closed loop would slow its arrivals down exactly when the server is
 overloaded and hide the overload), so latencies are the measure. Closed loop: each phase's N
-users send a request, wait for its answer, send the next, until the phase ends (a request
-sent before the end is answered and counted in its phase), so the load adapts to the server
-and tokens/s measures its capacity at that concurrency."""
+users send a request, wait for its answer, send the next, until the phase ends; the next
+phase starts once the last of them is answered, so the load adapts to the server, no phase
+inherits another's backlog, and tokens/s measures its capacity at that concurrency."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import anyio
 import httpx
 
 from benchmarks.load.client import ClientOptions, RequestRecord, send
+from benchmarks.load.phases import Window
 from benchmarks.load.plan import ClosedLoopPlan, Plan, PlannedRequest
 
 Progress = Callable[[RequestRecord], None]
@@ -25,6 +26,7 @@ class DriveResult:
     t0: float  # perf_counter at the run's start: the records' times are seconds after it
     t0_wall: float  # time.time() at the same instant, to place telemetry on the same clock
     records: list[RequestRecord]
+    windows: list[Window] | None = None  # closed loop: where each phase really ran
 
 
 def new_client(base_url: str, timeout_s: float) -> httpx.AsyncClient:
@@ -76,16 +78,18 @@ async def drive_closed(
     drain_timeout_s: float,
     on_done: Progress | None = None,
 ) -> DriveResult:
-    """Run every window's users; requests still open ``drain_timeout_s`` after the last
-    window ends are cancelled and recorded with the error "timeout"."""
+    """Run the windows one after another: each window's users send requests for its duration,
+    then the window's last answers are awaited before the next window starts, so no phase
+    inherits another's backlog. ``windows`` of the result are where each phase really ran
+    ([start, start + duration)); requests still open ``drain_timeout_s`` after their window
+    ended are cancelled and recorded with the error "timeout"."""
     records: list[RequestRecord] = []
+    ran: list[Window] = []
     t0, t0_wall = time.perf_counter(), time.time()
-    sent_in = [0] * len(plan.windows)
 
-    async def user(w_index: int) -> None:
-        w = plan.windows[w_index]
+    async def user(w: Window, sent: list[int]) -> None:
         while (now := time.perf_counter() - t0) < w.end_s:
-            k, sent_in[w_index] = sent_in[w_index], sent_in[w_index] + 1
+            k, sent[0] = sent[0], sent[0] + 1
             req = plan.request(w, k, len(records), now)
             rec = RequestRecord(req.index, w.index, now, req.max_tokens)
             records.append(rec)
@@ -95,18 +99,19 @@ async def drive_closed(
             if not rec.ok:  # a failing server must not be hammered in a tight loop
                 await anyio.sleep(0.05)
 
-    with anyio.move_on_after(plan.windows[-1].end_s + drain_timeout_s):
-        async with anyio.create_task_group() as tg:
-            for w in plan.windows:
-                delay = t0 + w.start_s - time.perf_counter()
-                if delay > 0:
-                    await anyio.sleep(delay)
+    for nominal in plan.windows:
+        start = time.perf_counter() - t0
+        w = replace(nominal, start_s=start, end_s=start + nominal.phase.duration_s)
+        ran.append(w)
+        with anyio.move_on_after(nominal.phase.duration_s + drain_timeout_s):
+            async with anyio.create_task_group() as tg:
+                sent = [0]
                 for _ in range(w.phase.users):
-                    tg.start_soon(user, w.index)
+                    tg.start_soon(user, w, sent)
     for rec in records:
         if rec.end_s is None and rec.error is None:
             rec.error = "timeout" if rec.sent_s is not None else "not sent (timeout)"
-    return DriveResult(t0, t0_wall, records)
+    return DriveResult(t0, t0_wall, records, ran)
 
 
 async def drive_plan(

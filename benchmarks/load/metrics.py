@@ -11,6 +11,10 @@ makespan (from the start of the first phase to the last [DONE]). Latencies of a 
 those of the requests that arrived in it. Acceptance, γ, drafter, offload and KV usage come
 from the telemetry steps inside the window. Goodput counts only the requests that met the
 run's SLO (TTFT and TPOT bounds): their output tokens over the same span as throughput.
+
+Closed loop (N users per phase, phases one after another, each starting once the last one's
+requests are answered): a phase's throughput is the tokens streamed inside its window over
+the window's length — its capacity at N users; the drain between phases belongs to none.
 """
 
 from __future__ import annotations
@@ -170,9 +174,12 @@ def phase_stats(
     decisions: dict[int, Decision],
     closed: bool = False,
     slo: Slo | None = None,
+    capacity: bool = False,
 ) -> PhaseStats:
     """The window [start, end) ([start, end] when ``closed``): latencies of the requests
-    that ``arrived`` in it, tokens streamed inside it by any request, telemetry steps inside it."""
+    that ``arrived`` in it, tokens streamed inside it by any request, telemetry steps inside it.
+    ``capacity`` (closed loop): throughput is the tokens streamed inside the window over its
+    length — the phase's users were all active throughout, and no other phase's were."""
     ps = PhaseStats(label, start, end)
     ps.requests = len(arrived)
     ps.completed = sum(r.ok for r in arrived)
@@ -189,6 +196,9 @@ def phase_stats(
     ps.slo_met = len(good)
     good_tokens = sum(r.completion_tokens or 0 for r in good)
     ps.goodput_tok_s = good_tokens / (served_by - start) if served_by > start else 0.0
+    if capacity and end > start:
+        ps.tok_s = ps.output_tokens / (end - start)
+        ps.goodput_tok_s = tokens_in(good, start, end) / (end - start)
     add_telemetry(ps, steps_in(telemetry, t0_wall, start, end), decisions)
     return ps
 
@@ -200,12 +210,14 @@ def config_stats(
     t0_wall: float,
     ws: list[Window],
     slo: Slo | None = None,
+    capacity: bool = False,
 ) -> list[PhaseStats]:
-    """One PhaseStats per window, then the whole run (label ``all``: to the last [DONE])."""
+    """One PhaseStats per window, then the whole run (label ``all``: to the last [DONE]);
+    ``capacity`` for closed-loop windows (see ``phase_stats``)."""
     by_version = {d.version: d for d in decisions}
     out = [
         phase_stats(w.label, w.start_s, w.end_s, [r for r in records if r.window == w.index],
-                    records, telemetry, t0_wall, by_version, slo=slo)
+                    records, telemetry, t0_wall, by_version, slo=slo, capacity=capacity)
         for w in ws
     ]  # fmt: skip
     end = makespan(records) or (ws[-1].end_s if ws else 0.0)

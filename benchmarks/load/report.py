@@ -50,6 +50,21 @@ def baseline_row(b: BaselineRow) -> str:
     )
 
 
+def _throughput_note(meta: dict[str, object]) -> list[str]:
+    if meta.get("loop") == "closed":
+        return [
+            "Closed loop: the phases run one after another, each starting once the last one's requests",
+            "are answered; a phase's throughput is the tokens streamed inside it over its duration (its",
+            "capacity at that many users; the drain between phases counts for none); `all` divides",
+            "every token by the makespan (to the last",
+        ]
+    return [
+        "A phase's throughput is its arrival cohort's: the tokens of the requests that arrived in it over",
+        "the time from its start to the later of its end and their last response, so a backlog counts",
+        "against the phase that made it; `all` divides every token by the makespan (to the last",
+    ]
+
+
 def _loop(meta: dict[str, object]) -> str:
     if meta.get("loop") == "closed":
         return "closed loop: N users per phase, each sending its next request when its last is answered"
@@ -86,10 +101,7 @@ def render(result: BenchResult) -> str:
         f"- started {m.get('started', '')}; total wall time {m.get('wall_s', 0):.0f} s",
         "",
         "Timings come from one machine whose cores may be shared; expect noise of several percent.",
-        "A phase's throughput is its arrival cohort's: the tokens of the requests that arrived (closed",
-        "loop: were sent) in it over",
-        "the time from its start to the later of its end and their last response, so a backlog counts",
-        "against the phase that made it; `all` divides every token by the makespan (to the last",
+        *_throughput_note(m),
         "response). Latencies of a phase are those of requests arriving in it. Acceptance, γ,",
         "drafters, offload and KV come from the worker's telemetry: γ run is the",
         "mean γ of the decode steps, γ decided the mean γ that the decision each step ran under gave",

@@ -13,6 +13,7 @@ from typing import Any
 from benchmarks.load.client import RequestRecord
 from benchmarks.load.configs import BenchConfig
 from benchmarks.load.metrics import PhaseStats
+from benchmarks.load.phases import Window
 from benchmarks.load.timeline import Timeline
 from benchmarks.load.verdict import Verdict
 from shared.schemas import Decision, Telemetry
@@ -43,6 +44,7 @@ class ConfigRun:
     stats: list[PhaseStats]
     timeline: Timeline
     warmup_errors: list[str] = field(default_factory=list)
+    windows: list[Window] | None = None  # closed loop: where each phase really ran
 
 
 @dataclass
@@ -77,6 +79,7 @@ def to_json(result: BenchResult) -> dict[str, Any]:
                 "phases": [dataclasses.asdict(p) for p in run.stats],
                 "timeline": dataclasses.asdict(run.timeline),
                 "telemetry_steps": len(run.telemetry),
+                "windows": [[w.label, w.start_s, w.end_s] for w in run.windows or []],
                 "requests": [_record(r) for r in run.records],
             }
             for run in result.runs

@@ -90,9 +90,10 @@ async def run_config(
             await anyio.sleep(0.5)  # the last steps' telemetry is published after their tokens
             stop.set()
         bar.close()
-    ws = windows(s.phases)
+    ws = result.windows or windows(s.phases)  # closed loop: where each phase really ran
     records = result.records
-    stats = config_stats(records, collector.telemetry, collector.decisions, result.t0_wall, ws, s.slo)
+    stats = config_stats(records, collector.telemetry, collector.decisions, result.t0_wall, ws, s.slo,
+                         capacity=result.windows is not None)  # fmt: skip
     end = max(makespan(records), ws[-1].end_s)
     timeline = build_timeline(records, collector.telemetry, collector.decisions, result.t0_wall, end, s.bin_s)
     return ConfigRun(
@@ -105,6 +106,7 @@ async def run_config(
         stats,
         timeline,
         warmup_errors,
+        result.windows,
     )
 
 

@@ -100,7 +100,7 @@ def test_lineup_has_every_static_pair_and_the_adaptive_policies() -> None:
         "ngram-2=static:gamma=2,drafter=ngram", "ngram-4=static:gamma=4,drafter=ngram",
         "nj-draft-code-2=static:gamma=2,drafter=nj-draft-code",
         "nj-draft-code-4=static:gamma=4,drafter=nj-draft-code",
-        "threshold=threshold:drafter=ngram", "cost-model=cost-model:drafter=ngram", "nightjar=nightjar",
+        "nightjar=nightjar", "threshold=threshold:drafter=ngram", "cost-model=cost-model:drafter=ngram",
     ]  # fmt: skip
     configs, notes = select_configs(specs, skip_unregistered=False)
     assert not notes and [c.is_no_spec for c in configs].count(True) == 1
@@ -108,12 +108,25 @@ def test_lineup_has_every_static_pair_and_the_adaptive_policies() -> None:
                                                         "nj-draft-code-2", "nj-draft-code-4"]  # fmt: skip
     args = argparse.Namespace(config=None, lineup=True, gammas="3", drafters="ngram", model="unused")
     assert config_specs(args) == ["no-spec=static:gamma=0", "ngram-3=static:gamma=3,drafter=ngram",
-                                  "threshold=threshold:drafter=ngram", "cost-model=cost-model:drafter=ngram",
-                                  "nightjar=nightjar"]  # fmt: skip
+                                  "nightjar=nightjar", "threshold=threshold:drafter=ngram",
+                                  "cost-model=cost-model:drafter=ngram"]  # fmt: skip
     assert config_specs(argparse.Namespace(config=["a=static"], lineup=True)) == ["a=static"]
     assert config_specs(argparse.Namespace(config=None, lineup=False)) is None
     with pytest.raises(ValueError):
         config_specs(argparse.Namespace(config=None, lineup=True, gammas="0", drafters="ngram", model=""))
+
+
+def test_service_processes_are_pinned_apart() -> None:
+    from benchmarks.load.configs import BenchConfig
+    from benchmarks.load.trio import TrioOptions
+    from benchmarks.load.trio_procs import service_commands
+
+    opts = TrioOptions("/m", worker_cpus="3", other_cpus="0,1,2")
+    cmds = service_commands(BenchConfig("n", "nightjar"), opts, "redis://127.0.0.1:6379/14", 8000)
+    assert cmds["worker"][:3] == ["taskset", "-c", "3"]
+    assert cmds["planner"][:3] == cmds["gateway"][:3] == ["taskset", "-c", "0,1,2"]
+    plain = service_commands(BenchConfig("n", "nightjar"), TrioOptions("/m"), "redis://h:1/0", 8000)
+    assert all(c[0] != "taskset" for c in plain.values())
 
 
 def test_pinning_puts_the_worker_on_the_last_core_and_the_rest_elsewhere() -> None:
