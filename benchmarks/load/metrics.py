@@ -221,7 +221,5 @@ def config_stats(
         for w in ws
     ]  # fmt: skip
     end = makespan(records) or (ws[-1].end_s if ws else 0.0)
-    out.append(
-        phase_stats(WHOLE_RUN, 0.0, end, records, records, telemetry, t0_wall, by_version, True, slo)
-    )
+    out.append(phase_stats(WHOLE_RUN, 0.0, end, records, records, telemetry, t0_wall, by_version, True, slo))
     return out

@@ -97,7 +97,8 @@ def render(result: BenchResult) -> str:
         f"- phases: {m.get('phases', '')} ({_loop(m)}, seed {m.get('seed')}); "
         f"requests per configuration: {m.get('requests', 0)}; warm-up {m.get('warmup', 0)} requests",
         f"- loop: {m.get('loop', 'open')}; SLO for goodput: {m.get('slo', '')}",
-        f"- CPUs: {m.get('pinning', 'not pinned')}",
+        f"- CPUs: {m.get('pinning', 'not pinned')}; "
+        f"worker torch threads: {m.get('worker_threads') or 'default'}",
         f"- started {m.get('started', '')}; total wall time {m.get('wall_s', 0):.0f} s",
         "",
         "Timings come from one machine whose cores may be shared; expect noise of several percent.",

@@ -54,8 +54,8 @@ def _oracle_table(v: Verdict) -> list[str]:
 
 def _open_lines(v: Verdict) -> list[str]:
     lines = [
-        f'Claim (open loop): "{v.target}\'s end-to-end latency p50 and p99 over the run are no worse than '
-        'the best static configuration\'s" (each against the lowest among the static configurations).',
+        f"Claim (open loop): \"{v.target}'s end-to-end latency p50 and p99 over the run are no worse than "
+        "the best static configuration's\" (each against the lowest among the static configurations).",
         "",
         "| config | E2E p50 s | E2E p99 s | goodput tok/s (SLO) |",
         "|---|---|---|---|",
