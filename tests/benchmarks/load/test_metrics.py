@@ -99,3 +99,22 @@ def test_config_stats_per_phase_and_whole_run() -> None:
     assert whole.output_tokens == pytest.approx(12.0)
     assert whole.tok_s == pytest.approx(12.0 / 25.0)
     assert (whole.requests, whole.completed) == (3, 2)
+
+
+def test_closed_loop_capacity_and_goodput_under_the_slo() -> None:
+    from benchmarks.load.metrics import Slo, parse_slo
+
+    ws = windows(parse_phases("a:2u:10"))
+    fast = rec(0, 0, 0.0, [0.5, 1.0, 1.5, 2.0], tokens=4)  # TTFT 0.5 s, TPOT 0.5 s
+    slow = rec(1, 0, 0.0, [5.0, 8.0, 11.0, 14.0], tokens=4)  # TTFT 5 s; half its tokens after the window
+    slo = parse_slo("ttft=1,tpot=0.6")
+    assert slo == Slo(1.0, 0.6) and "TTFT ≤ 1 s" in slo.describe()
+    capacity = config_stats([fast, slow], [], [], T0_WALL, ws, slo, capacity=True)[0]
+    assert capacity.tok_s == pytest.approx(6 / 10)  # the tokens streamed inside [0, 10) over 10 s
+    assert capacity.goodput_tok_s == pytest.approx(4 / 10) and capacity.slo_met == 1
+    cohort = config_stats([fast, slow], [], [], T0_WALL, ws, slo)[0]
+    assert cohort.tok_s == pytest.approx(8 / 14)  # open loop: the cohort, to its last response
+    with pytest.raises(ValueError):
+        parse_slo("ttft=0")
+    with pytest.raises(ValueError):
+        parse_slo("e2e=3")
