@@ -16,7 +16,8 @@ BUNDLED_MODEL = MODELS_DIR / "nj-target"
 # The drafters trained for each bundled target: loaded with it by default when they are there.
 BUNDLED_DRAFTERS = {
     "nj-target": ("nj-draft-prose", "nj-draft-code"),
-    "smollm2-135m-instruct": ("smol-draft-chat", "smol-draft-code"),
+    # The feature heads first: the first model drafter is the default one.
+    "smollm2-135m-instruct": ("smol-eagle-chat", "smol-eagle-code", "smol-draft-chat", "smol-draft-code"),
 }
 
 

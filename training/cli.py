@@ -47,6 +47,16 @@ def _parser() -> argparse.ArgumentParser:
                    help="wall-clock seconds for both training loops (teacher time comes on top)")
     d.add_argument("--steps", type=int, default=None, help="override each drafter's step count")
     d.add_argument("--threads", type=int, default=2)
+    g = sub.add_parser("train-eagle", help="EAGLE-style feature heads for SmolLM2 (chat and code), "
+                       "from its own continuations and features")
+    g.add_argument("--out", type=Path, default=Path("models"))
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    g.add_argument("--smollm2", type=Path, default=SMOLLM2_DIR, help="SmolLM2 export (made if missing)")
+    g.add_argument("--steps", type=int, default=None, help="override each head's step count")
+    g.add_argument("--vocab", type=int, default=8192, help="draft vocabulary (frequency-ranked tokens)")
+    g.add_argument("--threads", type=int, default=1)
+    g.add_argument("--heads", default="", help="comma-separated head names to train (default: all)")
     v = sub.add_parser("eval-smol", help="measure the smol drafters against SmolLM2 and rewrite MODELS.md")
     v.add_argument("--models", type=Path, default=Path("models"))
     v.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -66,7 +76,7 @@ def _check_workloads(data: Path) -> None:
 
 
 def _check_positive(args: argparse.Namespace) -> None:
-    for flag in ("budget_s", "target_steps", "draft_steps", "steps", "threads"):
+    for flag in ("budget_s", "target_steps", "draft_steps", "steps", "threads", "vocab"):
         value = getattr(args, flag, None)
         if value is not None and value <= 0:
             raise CliError(f"--{flag.replace('_', '-')} must be positive")
@@ -99,6 +109,13 @@ def _run(args: argparse.Namespace) -> None:
             _check_workloads(args.data)
             run_smol(SmolOptions(args.out, args.data, args.smollm2, args.seed, args.budget_s, args.steps,
                                  args.threads))
+        elif args.command == "train-eagle":
+            from training.eagle_pipeline import EagleOptions, run_train_eagle
+
+            _check_workloads(args.data)
+            heads = tuple(h for h in args.heads.split(",") if h)
+            run_train_eagle(EagleOptions(args.out, args.data, args.smollm2, args.seed, args.steps,
+                                         args.threads, args.vocab, heads=heads))
         elif args.command == "eval-smol":
             from training.smol_pipeline import run_eval_smol
 

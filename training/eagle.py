@@ -209,3 +209,23 @@ def measure(head: EagleHead, seqs: list[FeatureSeq], gammas: tuple[int, ...] = (
         e = 1 + sum(full) / max(1, len(full))
         res[g] = {"E": round(e, 3), "alpha": round(alpha_from_e(e, g), 3), "positions": len(full)}
     return res
+
+
+def ngram_measure(seqs: list[FeatureSeq], gammas: tuple[int, ...] = (1, 2, 4, 8)
+                  ) -> dict[int, dict[str, float]]:
+    """The engine's prompt-lookup drafter on the same continuations, measured the same way."""
+    from worker.engine.spec.ngram import ngram_propose
+
+    res = {}
+    for g in gammas:
+        acc = []
+        for s in seqs:
+            for start in range(max(s.prompt_len + 1, 2), len(s.tokens) - g + 1):
+                prop = ngram_propose(s.tokens[:start], g)
+                n = 0
+                while n < len(prop) and prop[n] == s.tokens[start + n]:
+                    n += 1
+                acc.append(n)
+        e = 1 + sum(acc) / max(1, len(acc))
+        res[g] = {"E": round(e, 3), "alpha": round(alpha_from_e(e, g), 3), "positions": len(acc)}
+    return res

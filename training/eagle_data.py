@@ -165,8 +165,9 @@ class DataSpec:
 
     chat_prompts: int = 96  # per chat source (Alpaca and ShareGPT each)
     code_prompts: int = 128
-    more_chat: int = 160  # a second set per source (the next prompts), cached apart
-    more_code: int = 128  # a second set of code prefixes (another seed)
+    more_chat: int = 160  # a second set of Alpaca prompts (the next ones), cached apart
+    more_sharegpt: int = 0  # a second set of ShareGPT prompts
+    more_code: int = 64  # a second set of code prefixes (another seed)
     new_tokens: int = 128
     eval_prompts: int = 16  # held-out prompts per evaluation domain
     eval_new_tokens: int = 96
@@ -177,7 +178,7 @@ def prompt_sets(tok: PreTrainedTokenizerBase, data_dir: Path, spec: DataSpec,
                 stdlib_root: str | None = None) -> dict[str, tuple[list[list[int]], int]]:
     """tag → (prompts, new tokens) for every training and evaluation set."""
     n = spec.chat_prompts
-    train = chat_prompts(tok, data_dir, n + spec.more_chat, spec.seed)
+    train = chat_prompts(tok, data_dir, n + max(spec.more_chat, spec.more_sharegpt), spec.seed)
     held = chat_prompts(tok, data_dir, spec.eval_prompts, spec.seed, held_out=True)
     sets = {
         "chat-train": (train["chat"][:n], spec.new_tokens),
@@ -190,8 +191,9 @@ def prompt_sets(tok: PreTrainedTokenizerBase, data_dir: Path, spec: DataSpec,
                                    stdlib_root=stdlib_root), spec.eval_new_tokens),
     }
     if spec.more_chat:
-        sets["chat-train-2"] = (train["chat"][n:], spec.new_tokens)
-        sets["sharegpt-train-2"] = (train["sharegpt"][n:], spec.new_tokens)
+        sets["chat-train-2"] = (train["chat"][n:n + spec.more_chat], spec.new_tokens)
+    if spec.more_sharegpt:
+        sets["sharegpt-train-2"] = (train["sharegpt"][n:n + spec.more_sharegpt], spec.new_tokens)
     if spec.more_code:
         sets["code-train-2"] = (code_prompts(tok, spec.more_code, spec.seed + 100, stdlib_root=stdlib_root),
                                 spec.new_tokens)
@@ -199,8 +201,8 @@ def prompt_sets(tok: PreTrainedTokenizerBase, data_dir: Path, spec: DataSpec,
 
 
 def target_sets(model: PreTrainedModel, model_dir: Path, tok: PreTrainedTokenizerBase, data_dir: Path,
-                spec: DataSpec, log: Log, cache_dir: Path = CACHE_DIR,
-                stdlib_root: str | None = None) -> tuple[dict[str, list[FeatureSeq]], float]:
+                spec: DataSpec, log: Log, cache_dir: Path = CACHE_DIR, stdlib_root: str | None = None,
+                only: frozenset[str] | None = None) -> tuple[dict[str, list[FeatureSeq]], float]:
     """Every set of ``prompt_sets``, generated once (cached); returns them and the seconds their
     generation took (cached runs included)."""
     eos = model.config.eos_token_id
@@ -209,6 +211,8 @@ def target_sets(model: PreTrainedModel, model_dir: Path, tok: PreTrainedTokenize
     pad_id = eos_id or 0 if pad is None else int(pad)
     out, seconds = {}, 0.0
     for tag, (prompts, new) in prompt_sets(tok, data_dir, spec, stdlib_root).items():
+        if only is not None and tag not in only:
+            continue
         out[tag], s = cached_features(model, model_dir, prompts, new, eos_id, pad_id, tag, log, cache_dir)
         seconds += s
     return out, seconds

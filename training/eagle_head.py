@@ -49,7 +49,13 @@ def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 class EagleHead(nn.Module):
-    def __init__(self, cfg: HeadConfig, embed: torch.Tensor, vocab_ids: torch.Tensor) -> None:
+    vocab_ids: torch.Tensor  # buffers
+    inv_freq: torch.Tensor
+
+    def __init__(self, cfg: HeadConfig, embed: torch.Tensor, vocab_ids: torch.Tensor,
+                 head: torch.Tensor | None = None) -> None:
+        """``embed``: the target's input embedding; ``head``: its output layer (the embedding
+        itself when tied, as SmolLM2's is)."""
         super().__init__()
         self.cfg = cfg
         h, d = cfg.hidden, cfg.head_dim
@@ -71,7 +77,7 @@ class EagleHead(nn.Module):
             self.down.weight.mul_(0.1)
         self.register_buffer("vocab_ids", vocab_ids.long().clone(), persistent=True)
         self.embed = embed.detach()  # the target's table: referenced, not trained, not saved
-        self.lm_head = self.embed[self.vocab_ids].contiguous()
+        self.lm_head = (self.embed if head is None else head.detach())[self.vocab_ids].contiguous()
         inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
         self.register_buffer("inv_freq", inv, persistent=False)
 

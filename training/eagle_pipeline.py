@@ -14,15 +14,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from safetensors.torch import load_file, save_file
 
 from training.checkpoint import load_model, load_tokenizer
-from training.eagle import HeadRecipe, TrainResult, coverage, measure, select_vocab, train_head
+from training.corpus import DataError
+from training.eagle import HeadRecipe, TrainResult, coverage, measure, ngram_measure, select_vocab, train_head
 from training.eagle_data import CACHE_DIR, DataSpec, FeatureSeq, target_sets
 from training.eagle_head import EagleHead, HeadConfig
+from training.eagle_report import splice_eagle
 from training.smollm2 import export_smollm2
 
 Log = Callable[[str], None]
@@ -32,8 +34,8 @@ EVAL_DOMAINS = ("chat", "sharegpt", "code")
 CHAT_SETS = ("chat-train", "sharegpt-train", "chat-train-2", "sharegpt-train-2")
 CODE_SETS = ("code-train", "code-train-2")
 HEADS = (
-    HeadRecipe(name="smol-eagle-chat", train_sets=CHAT_SETS, other_sets=CODE_SETS, steps=300),
-    HeadRecipe(name="smol-eagle-code", train_sets=CODE_SETS, other_sets=CHAT_SETS, steps=300),
+    HeadRecipe(name="smol-eagle-chat", train_sets=CHAT_SETS, other_sets=("code-train",), steps=200),
+    HeadRecipe(name="smol-eagle-code", train_sets=CODE_SETS, other_sets=CHAT_SETS, steps=200),
 )
 _LAYER = {  # EagleHead attribute -> the engine's (HF Llama) name under model.layers.0.
     "input_norm": "input_layernorm.weight", "q": "self_attn.q_proj.weight", "k": "self_attn.k_proj.weight",
@@ -55,6 +57,7 @@ class EagleOptions:
     spec: DataSpec = DATA_SPEC
     cache_dir: Path = CACHE_DIR
     stdlib_root: str | None = None
+    heads: tuple[str, ...] = ()  # train only these (default: every head of HEADS)
 
 
 def head_config(target_cfg: Any, draft_vocab: int) -> HeadConfig:
@@ -86,11 +89,16 @@ def hf_config(cfg: HeadConfig, target_name: str) -> dict[str, Any]:
     }
 
 
+def _weight(head: EagleHead, attr: str) -> torch.Tensor:
+    mod = getattr(head, attr)
+    return mod if isinstance(mod, torch.nn.Parameter) else cast(torch.Tensor, mod.weight)
+
+
 def head_state(head: EagleHead) -> dict[str, torch.Tensor]:
-    state = {"fc.weight": head.fc.weight, "model.norm.weight": head.norm, "vocab_ids": head.vocab_ids}
+    state: dict[str, torch.Tensor] = {"fc.weight": head.fc.weight, "model.norm.weight": head.norm,
+                                      "vocab_ids": head.vocab_ids}
     for attr, name in _LAYER.items():
-        mod = getattr(head, attr)
-        state["model.layers.0." + name] = mod if isinstance(mod, torch.nn.Parameter) else mod.weight
+        state["model.layers.0." + name] = _weight(head, attr)
     return {k: (v.detach().long() if k == "vocab_ids" else v.detach().to(torch.bfloat16)).contiguous()
             for k, v in state.items()}
 
@@ -103,7 +111,7 @@ def save_head(head: EagleHead, out: Path, target_name: str, meta: dict[str, Any]
     return out
 
 
-def load_head(directory: Path, embed: torch.Tensor) -> EagleHead:
+def load_head(directory: Path, embed: torch.Tensor, lm_head: torch.Tensor | None = None) -> EagleHead:
     """A saved head back as a (float32) ``EagleHead`` over the target's ``embed``."""
     cfg_json = json.loads((directory / "config.json").read_text())
     state = load_file(str(directory / "model.safetensors"))
@@ -114,14 +122,12 @@ def load_head(directory: Path, embed: torch.Tensor) -> EagleHead:
                      rope_theta=rope["rope_theta"], max_positions=cfg_json["max_position_embeddings"],
                      target_vocab=cfg_json["vocab_size"],
                      draft_vocab=cfg_json["nightjar_feature_drafter"]["draft_vocab_size"])
-    head = EagleHead(cfg, embed, state["vocab_ids"])
+    head = EagleHead(cfg, embed, state["vocab_ids"], lm_head)
     with torch.no_grad():
         head.fc.weight.copy_(state["fc.weight"].float())
         head.norm.copy_(state["model.norm.weight"].float())
         for attr, name in _LAYER.items():
-            mod = getattr(head, attr)
-            dst = mod if isinstance(mod, torch.nn.Parameter) else mod.weight
-            dst.copy_(state["model.layers.0." + name].float())
+            _weight(head, attr).copy_(state["model.layers.0." + name].float())
     return head.eval()
 
 
@@ -143,19 +149,28 @@ def run_train_eagle(opts: EagleOptions, log: Log = print) -> dict[str, dict[str,
     tok = load_tokenizer(opts.target_dir)
     for p in target.parameters():
         p.requires_grad_(False)
-    embed = target.get_input_embeddings().weight.detach()
+    embed = cast(torch.Tensor, target.get_input_embeddings().weight).detach()
+    out_layer = cast(torch.Tensor, target.get_output_embeddings().weight).detach()
+    unknown = set(opts.heads) - {r.name for r in HEADS}
+    if unknown:
+        raise DataError(f"unknown heads {sorted(unknown)}; known: {[r.name for r in HEADS]}")
+    recipes = [r for r in HEADS if not opts.heads or r.name in opts.heads]
+    needed = frozenset(t for r in recipes for t in (*r.train_sets, *r.other_sets)) | {
+        f"{d}-eval" for d in EVAL_DOMAINS}
     log(f"target data: {opts.spec}")
     sets, gen_seconds = target_sets(target, opts.target_dir, tok, opts.data, opts.spec, log, opts.cache_dir,
-                                    opts.stdlib_root)
+                                    opts.stdlib_root, needed)
     cached = {t: sum(len(s.tokens) - s.prompt_len for s in v) for t, v in sets.items()}
     log(f"target continuations (new tokens per set): {cached}; generating them took {gen_seconds:.0f}s")
     cfg = head_config(target.config, opts.draft_vocab)
     results: dict[str, dict[str, Any]] = {}
     for i, recipe in enumerate(HEADS):
+        if recipe not in recipes:
+            continue
         main = _sets(sets, recipe.train_sets)
         vocab = select_vocab(main, cfg.draft_vocab, cfg.target_vocab)
         torch.manual_seed(opts.seed + i)
-        head = EagleHead(cfg, embed, vocab)
+        head = EagleHead(cfg, embed, vocab, out_layer)
         log(f"{recipe.name}: {len(main)} continuations, vocabulary {len(vocab)}, "
             f"{count_params(head) / 1e6:.2f}M params")
         run = train_head(head, main, _sets(sets, recipe.other_sets), recipe, opts.seed + i, opts.steps)
@@ -163,12 +178,15 @@ def run_train_eagle(opts: EagleOptions, log: Log = print) -> dict[str, dict[str,
         evals = {d: measure(head, sets[f"{d}-eval"]) for d in EVAL_DOMAINS}
         cover = {d: round(coverage(sets[f"{d}-eval"], vocab), 4) for d in EVAL_DOMAINS}
         meta = _meta(recipe, head, run, opts, evals, cover, gen_seconds, cached)
+        meta["ngram_eval"] = {d: ngram_measure(sets[f"{d}-eval"]) for d in EVAL_DOMAINS}
         out = save_head(head, opts.out / recipe.name, opts.target_dir.name, meta)
         meta["file_bytes"] = (out / "model.safetensors").stat().st_size
         (out / META).write_text(json.dumps(meta, indent=2) + "\n")
         log(f"{recipe.name}: trained in {run.seconds:.0f}s, loss {run.first_loss:.3f} → {run.last_loss:.3f}; "
             + "; ".join(f"{d}: E@4 {e[4]['E']} α {e[4]['alpha']}" for d, e in evals.items()))
         results[recipe.name] = meta
+    if splice_eagle(opts.out, opts.out.resolve().parent / "MODELS.md"):
+        log(f"MODELS.md: the feature heads' section rewritten from {opts.out}")
     log(f"train-eagle done in {time.perf_counter() - t_start:.0f}s")
     return results
 

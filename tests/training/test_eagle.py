@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -13,6 +14,7 @@ from training.eagle import HeadRecipe, alpha_from_e, collate, select_vocab, trai
 from training.eagle_data import DataSpec, FeatureSeq
 from training.eagle_head import EagleHead, HeadConfig
 from training.eagle_pipeline import EagleOptions, load_head, run_train_eagle
+from training.eagle_report import splice_eagle
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 CFG = HeadConfig(hidden=32, intermediate=64, heads=4, kv_heads=2, head_dim=8, rope_theta=10000.0,
@@ -84,8 +86,8 @@ def test_alpha_inverts_expected_tokens() -> None:
 
 def test_train_eagle_end_to_end_on_a_tiny_target(tmp_path: Path) -> None:
     target = build_llama(tmp_path / "tiny-target", layers=2, hidden=64)
-    spec = DataSpec(chat_prompts=3, code_prompts=3, more_chat=2, more_code=2, new_tokens=12, eval_prompts=2,
-                    eval_new_tokens=10)
+    spec = DataSpec(chat_prompts=3, code_prompts=3, more_chat=2, more_sharegpt=2, more_code=2, new_tokens=12,
+                    eval_prompts=2, eval_new_tokens=10)
     opts = EagleOptions(out=tmp_path / "models", data=DATA, target_dir=target, steps=3, draft_vocab=64,
                         spec=spec, cache_dir=tmp_path / "cache")
     logs: list[str] = []
@@ -97,6 +99,7 @@ def test_train_eagle_end_to_end_on_a_tiny_target(tmp_path: Path) -> None:
         assert cfg["num_hidden_layers"] == 1 and cfg["nightjar_feature_drafter"]["draft_vocab_size"] == 64
         assert set(meta["eval"]) == {"chat", "sharegpt", "code"}
         assert set(meta["eval"]["code"]) == {1, 2, 4, 8}
+        assert set(meta["ngram_eval"]) == {"chat", "sharegpt", "code"}
         e = meta["eval"]["chat"][4]["E"]
         assert 1.0 <= e <= 5.0
         from training.checkpoint import load_model
@@ -104,7 +107,15 @@ def test_train_eagle_end_to_end_on_a_tiny_target(tmp_path: Path) -> None:
         embed = load_model(target).get_input_embeddings().weight.detach()
         head = load_head(d, embed)
         assert head.vocab_ids.numel() == 64
-    # The second run finds every set in the cache and generates nothing.
+    # The second run (one head) finds every set it needs in the cache and generates nothing.
     again: list[str] = []
-    run_train_eagle(opts, again.append)
-    assert sum("cached continuations" in line for line in again) == 9
+    res = run_train_eagle(replace(opts, heads=("smol-eagle-chat",)), again.append)
+    assert set(res) == {"smol-eagle-chat"}
+    assert sum("cached continuations" in line for line in again) == 8  # all but code-train-2
+    # The MODELS.md section is spliced into an existing file, the rest left alone.
+    md = tmp_path / "MODELS.md"
+    md.write_text("# Bundled models\n\nother text\n")
+    assert splice_eagle(opts.out, md) and splice_eagle(opts.out, md)
+    text = md.read_text()
+    assert text.startswith("# Bundled models\n\nother text\n") and text.count("feature drafters") == 1
+    assert "| `smol-eagle-chat` | code |" in text and "| `ngram` | chat |" in text

@@ -209,8 +209,14 @@ class LLMEngine(Engine):
                 ForwardItem(seq.token_ids[start:end], start, self.blocks.table(seq.request_id), wanted)
             )
             owners.append(s)
-        if items:
+        if items and self.spec.wants_features():
+            # A feature drafter reads the target's last hidden states of every computed row.
+            logits, first, feats = self.runner.run_with_features(items)
+            for s, item, rows in zip(owners, items, feats, strict=True):
+                self.spec.observe(s.seq.request_id, item.start, rows)
+        elif items:
             logits, first = self.runner.run(items)
+        if items:
             ids = logits.argmax(-1).tolist()  # one pass over every row; greedy rows use it
         candidates = []
         for slot in slots:

@@ -13,6 +13,12 @@ from worker.engine.kv_cache import bytes_per_block
 from worker.engine.model_config import ModelConfig
 from worker.engine.model_runner import ModelRunner
 from worker.engine.spec.drafter import Drafter
+from worker.engine.spec.feature_drafter import (
+    FeatureDrafter,
+    FeatureRunner,
+    is_feature_drafter,
+    load_feature_runner,
+)
 from worker.engine.spec.model_drafter import ModelDrafter
 from worker.engine.spec.ngram import NgramDrafter
 from worker.engine.weights import find_gguf, load_checkpoint
@@ -48,6 +54,9 @@ def load_engine(
         dpath = Path(d).resolve()
         if dpath.name in {n for n, _ in models} | {"ngram"}:
             raise ValueError(f"two drafters named {dpath.name!r}: drafters are named after their directory")
+        if is_feature_drafter(dpath):  # reads the target's features; its vocabulary is the target's
+            models.append((dpath.name, load_feature_runner(dpath, runner, cfg.block_size)))
+            continue
         dgguf = find_gguf(dpath)
         dconfig, dstate = load_checkpoint(dpath, dgguf)
         check_vocab(model_config, tokenizer, dconfig, load_tokenizer(dpath, dgguf), dpath.name)
@@ -56,7 +65,12 @@ def load_engine(
     num_blocks = cfg.num_blocks or shared_blocks(runners, cfg.block_size, cfg.memory_budget_bytes)
     for r in runners:
         r.cache.resize(num_blocks, [])
-    pool: list[Drafter] = [ModelDrafter(n, r, cfg.max_num_batched_tokens) for n, r in models]
+    pool: list[Drafter] = [
+        FeatureDrafter(n, r, cfg.max_num_batched_tokens)
+        if isinstance(r, FeatureRunner)
+        else ModelDrafter(n, r, cfg.max_num_batched_tokens)
+        for n, r in models
+    ]
     if ngram:
         pool.append(NgramDrafter())
     engine = LLMEngine(runner, cfg, eos_token_ids(path, model_config, tokenizer), pool)

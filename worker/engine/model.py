@@ -121,12 +121,24 @@ class DecoderModel:
         groups: list[AttentionGroup],
         logits_rows: torch.Tensor | None,  # rows whose logits are wanted; None: all
     ) -> torch.Tensor:
+        hidden = self.run_layers(F.embedding(input_ids, self.embed), positions, slots, kv, groups)
+        return self.logits(hidden, logits_rows)
+
+    def run_layers(
+        self,
+        hidden: torch.Tensor,  # [T, hidden] input rows
+        positions: torch.Tensor,
+        slots: torch.Tensor,
+        kv: torch.Tensor,
+        groups: list[AttentionGroup],
+    ) -> torch.Tensor:
+        """Every decoder layer over the rows (writing their keys and values); the last layer's
+        output, before the final norm."""
         cfg = self.config
         h, kvh, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         eps = cfg.rms_norm_eps
-        t = input_ids.shape[0]
+        t = hidden.shape[0]
         cos, sin = self.rotary.cos_sin(positions)
-        hidden = F.embedding(input_ids, self.embed)
         attn_out = torch.empty(t, h, d, device=self.device, dtype=self.dtype)
         for i, layer in enumerate(self.layers):
             x = rms_norm(hidden, layer.input_norm, eps)
@@ -145,6 +157,16 @@ class DecoderModel:
             x = rms_norm(hidden, layer.post_norm, eps)
             gate, up = F.linear(x, layer.gate_up, layer.gate_up_bias).chunk(2, dim=-1)
             hidden = hidden + F.linear(F.silu(gate) * up, layer.down, layer.down_bias)
+        return hidden
+
+    def features(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The post-norm last-layer hidden states (what the LM head reads): a feature
+        drafter's input."""
+        return rms_norm(hidden, self.norm, self.config.rms_norm_eps)
+
+    def logits(self, hidden: torch.Tensor, logits_rows: torch.Tensor | None) -> torch.Tensor:
+        """The LM head over the wanted rows of ``run_layers``' output."""
+        eps = self.config.rms_norm_eps
         if logits_rows is not None:
             hidden = hidden.index_select(0, logits_rows)
         n = hidden.shape[0]

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
-from worker.engine.attention import plan_group
+from worker.engine.attention import AttentionGroup, plan_group
 from worker.engine.config import DEFAULT_KV_BYTES
 from worker.engine.kv_cache import KVCache, blocks_for_budget
 from worker.engine.model import DecoderModel
@@ -59,6 +60,23 @@ class ModelRunner:
     def run(self, items: list[ForwardItem]) -> tuple[torch.Tensor, list[int]]:
         """One forward over all items. Returns ``logits [R, V]`` and, per item, the index of
         its first logits row (its rows are consecutive, in position order)."""
+        batch = self._batch(items)
+        return self.model.forward(*batch.inputs, batch.logits_rows), batch.first_logit
+
+    @torch.inference_mode()
+    def run_with_features(
+        self, items: list[ForwardItem]
+    ) -> tuple[torch.Tensor, list[int], list[torch.Tensor]]:
+        """``run``, plus each item's post-norm last-layer hidden states (one row per token,
+        in position order): what a feature drafter reads."""
+        batch = self._batch(items)
+        model = self.model
+        hidden = model.run_layers(F.embedding(batch.inputs[0], model.embed), *batch.inputs[1:])
+        feats = model.features(hidden)
+        rows = [feats[r : r + len(item.token_ids)] for item, r in zip(items, batch.row_of, strict=True)]
+        return model.logits(hidden, batch.logits_rows), batch.first_logit, rows
+
+    def _batch(self, items: list[ForwardItem]) -> _Batch:
         bs = self.block_size
         # Rows are laid out grouped by query length, then context length, so each attention
         # group is contiguous in the batch.
@@ -113,12 +131,21 @@ class ModelRunner:
             end = row_of[i] + len(item.token_ids)
             logits_rows += range(end - item.num_logits, end)
         dev = self.device
-        logits = self.model.forward(
+        inputs = (
             torch.tensor(input_ids, dtype=torch.long, device=dev),
             torch.tensor(positions, dtype=torch.long, device=dev),
             torch.tensor(slots, dtype=torch.long, device=dev),
             self.cache.kv,
             groups,
-            torch.tensor(logits_rows, dtype=torch.long, device=dev),
         )
-        return logits, first_logit
+        return _Batch(inputs, torch.tensor(logits_rows, dtype=torch.long, device=dev), first_logit, row_of)
+
+
+@dataclass
+class _Batch:
+    """One forward's laid-out inputs (ids, positions, slots, kv, groups) and its row maps."""
+
+    inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[AttentionGroup]]
+    logits_rows: torch.Tensor
+    first_logit: list[int]  # per item: its first logits row
+    row_of: list[int]  # per item: its first input row

@@ -24,6 +24,7 @@ from shared.schemas import SwitchCostEvent
 from worker.engine.sampler import filtered_probs
 from worker.engine.sequence import Sequence
 from worker.engine.spec.drafter import Drafter
+from worker.engine.spec.feature_drafter import FeatureDrafter
 from worker.engine.spec.model_drafter import ModelDrafter
 from worker.engine.spec.verify import greedy_acceptance, overlap
 
@@ -44,7 +45,12 @@ class DrafterPool:
 
     @property
     def models(self) -> list[ModelDrafter]:
+        """Drafters with weights and a KV pool (feature drafters included)."""
         return [d for d in self.drafters.values() if isinstance(d, ModelDrafter)]
+
+    @property
+    def features(self) -> list[FeatureDrafter]:
+        return [d for d in self.drafters.values() if isinstance(d, FeatureDrafter)]
 
     def resolve(self, name: str | None) -> Drafter:
         return self.drafters.get(name or self.default) or self.drafters[self.default]

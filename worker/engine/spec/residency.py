@@ -24,7 +24,11 @@ from worker.engine.model import DecoderModel, LayerWeights
 
 
 def _slots(model: DecoderModel) -> list[tuple[object, str]]:
-    """Every (owner, attribute) that holds a weight tensor."""
+    """Every (owner, attribute) that holds a weight tensor (a model that also references
+    another's tensors, like a feature drafter, names its own with ``weight_slots``)."""
+    own = getattr(model, "weight_slots", None)
+    if own is not None:
+        return list(own())
     slots: list[tuple[object, str]] = [(model, "embed"), (model, "norm"), (model, "lm_head")]
     for layer in model.layers:
         slots += [(layer, f.name) for f in fields(LayerWeights) if getattr(layer, f.name) is not None]

@@ -14,6 +14,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import torch
+
 from shared.schemas import Decision
 from worker.engine.records import Drafted, DraftRound, Verified
 from worker.engine.scheduler import Scheduled
@@ -62,6 +64,17 @@ class Speculator:
             s.num_new += len(tokens)
         self.pool.last_active = drafter.name
         return DraftRound(drafts, drafter.name, switch_cost, time.perf_counter() - t0)
+
+    def wants_features(self) -> bool:
+        """Whether this step's target forward hands over its last hidden states: only while
+        a feature drafter is in the pool and resident (at γ = 0 too: catch-up reads them)."""
+        return self.pool is not None and bool(self.pool.features) and self.memory.resident
+
+    def observe(self, seq_id: str, start: int, rows: torch.Tensor) -> None:
+        """The target's features of positions ``start ..`` of a sequence, for feature drafters."""
+        assert self.pool is not None
+        for d in self.pool.features:
+            d.observe(seq_id, start, rows)
 
     def rollback(self, seq_id: str, num_tokens: int) -> None:
         if self.pool is not None:

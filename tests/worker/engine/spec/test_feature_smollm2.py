@@ -1,0 +1,80 @@
+"""SmolLM2-135M-Instruct with its EAGLE-style heads (models/smol-eagle-*): greedy output equals
+transformers' generate token for token under a random per-step γ and drafter schedule, with
+catch-up after γ = 0, an offload and reload in the middle of generation, and prefix hits (the
+chat template's shared system prompt). A missing model or head FAILS with the command."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from shared.schemas import ALL_BATCHES, Decision, SamplingParams
+from tests.worker.engine.drive import Run
+from tests.worker.engine.test_real_models import encode
+from tests.worker.engine.tiny import hf_greedy, hf_model
+from worker.engine.api import EngineRequest
+from worker.engine.engine import LLMEngine
+from worker.engine.loader import load_engine
+from worker.engine.spec.feature_drafter import FeatureDrafter
+
+ROOT = Path(__file__).resolve().parents[4]
+SMOL = ROOT / "models" / "smollm2-135m-instruct"
+HEADS = [ROOT / "models" / "smol-eagle-chat", ROOT / "models" / "smol-eagle-code"]
+TEXTS = ["Explain why the sky is blue.", "Write a Python function that reverses a list.",
+         "Give three tips for staying healthy.", "What is the capital of France?"]
+NEW = 28
+
+pytestmark = pytest.mark.smollm2
+
+
+def _require() -> None:
+    if not (SMOL / "config.json").is_file():
+        pytest.fail(f"{SMOL} is missing: run `nightjar models smollm2`", pytrace=False)
+    for h in HEADS:
+        if not (h / "config.json").is_file():
+            pytest.fail(f"{h} is missing: run `nightjar models train-eagle`", pytrace=False)
+
+
+def schedule(engine: LLMEngine, reqs: list[EngineRequest], seed: int, offload: set[int]) -> Run:
+    rng = random.Random(seed)
+    pending, run, drafter = list(reqs), Run(), "smol-eagle-chat"
+    for step in range(2000):
+        if pending and step % 3 == 0:
+            engine.add_request(pending.pop(0))  # arrivals while others decode: catch-ups
+        if not pending and not engine.has_unfinished():
+            return run
+        if rng.random() < 0.3:
+            drafter = rng.choice(["smol-eagle-chat", "smol-eagle-code", "ngram"])
+        gamma = rng.choice([0, 0, 1, 2, 3, 4, 6])
+        engine.apply_decision(Decision(version=step + 1, policy="test", gamma_table=[(ALL_BATCHES, gamma)],
+                                       drafter=drafter, offload=step in offload))
+        result = engine.step()
+        run.stats.append(result.stats)
+        for out in result.outputs:
+            run.tokens.setdefault(out.request_id, []).extend(out.new_token_ids)
+    raise AssertionError("the engine did not finish")
+
+
+def test_smollm2_greedy_is_exact_with_its_feature_heads() -> None:
+    _require()
+    engine = load_engine(SMOL, drafters=HEADS, block_size=16, num_blocks=96, max_num_batched_tokens=128)
+    assert engine.spec.pool is not None
+    assert all(isinstance(engine.spec.pool.drafters[h.name], FeatureDrafter) for h in HEADS)
+    prompts = [encode(engine.tokenizer, "smollm2", t) for t in TEXTS]
+    params = SamplingParams(max_tokens=NEW, ignore_eos=True)
+    reqs = [EngineRequest(str(i), p, params) for i, p in enumerate(prompts)]
+    run = schedule(engine, reqs, seed=0, offload=set(range(20, 28)))
+    hf = hf_model(SMOL)
+    for i, p in enumerate(prompts):
+        assert run.tokens[str(i)] == hf_greedy(hf, p, NEW, stop_at_eos=False), f"request {i} differs"
+    heads = {h.name for h in HEADS}
+    spec = [s for s in run.stats if s.drafter in heads]
+    assert spec and sum(s.accepted for s in spec) > 0, "the heads were never accepted"
+    assert any(c.drafter in heads for s in run.stats for c in s.switch_costs), "no catch-up measured"
+    assert [e.kind for s in run.stats for e in s.memory_events][:2] == ["offload", "reload"]
+    assert sum(s.prefix_hits for s in run.stats) > 0
+    for h in HEADS:
+        d = engine.spec.pool.drafters[h.name]
+        assert isinstance(d, FeatureDrafter) and not d.pending and not d.base

@@ -1,0 +1,91 @@
+"""The MODELS.md section of the feature heads (from their ``nightjar_meta.json``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from training.checkpoint import read_meta
+
+GAMMAS = ("1", "2", "4", "8")
+
+
+def _heads(models_dir: Path) -> list[dict[str, Any]]:
+    found = [read_meta(d) for d in sorted(models_dir.glob("smol-eagle-*")) if d.is_dir()]
+    return [m for m in found if m.get("role") == "feature-drafter"]
+
+
+def _row(name: str, domain: str, ev: dict[str, Any]) -> str:
+    cells = [f"{ev[g]['E']:.2f} / {ev[g]['alpha']:.2f}" for g in GAMMAS]
+    return f"| `{name}` | {domain} | " + " | ".join(cells) + " |"
+
+
+def render_eagle(models_dir: Path) -> list[str]:
+    heads = _heads(models_dir)
+    lines = ["", "## SmolLM2's feature drafters (EAGLE-style heads)", ""]
+    if not heads:
+        return [*lines, "Not trained yet: run `nightjar models train-eagle`."]
+    first = heads[0]
+    lines += [
+        "Each head reads SmolLM2's own post-norm last-layer hidden state at position t and the "
+        "embedding of token t+1 (`fc` over both), runs one Llama decoder layer and an RMSNorm, and "
+        "proposes through SmolLM2's tied output layer restricted to a frequency-ranked vocabulary "
+        f"of {first['architecture'].split('over ')[-1]}: the rows are the target's own, so the head "
+        "stores only their ids (the full 49,152-row product would cost a drafted position ~7 ms here, "
+        "most of a draft; the slice covers almost all of what SmolLM2 emits — coverage below). "
+        "Trained on SmolLM2's own greedy continuations (self-distillation) with their features, "
+        "generated once and cached; loss: cross-entropy to SmolLM2's next-token distribution "
+        "renormalised over the head's vocabulary plus a small smooth-L1 feature regression, on the "
+        "real pass and one chained pass fed the head's own feature (EAGLE-3's training-time test). "
+        "Committed (bf16, the embedding referenced); `nightjar models train-eagle` rebuilds them.",
+        "",
+        "| head | architecture | params | file | training data | train time | steps | seed |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for m in heads:
+        sets = ", ".join(m["recipe"]["train_sets"])
+        lines.append(
+            f"| `{m['name']}` | {m['architecture']} | {m['params'] / 1e6:.2f}M | "
+            f"{m.get('file_bytes', 0) / 1e6:.1f} MB | {sets} ({m['loss_positions']} loss positions "
+            f"seen) | {m['train_seconds'] / 60:.1f} min | {m['steps']} | {m['seed']} |"
+        )
+    gen = first.get("generation_seconds", 0)
+    toks = first.get("target_new_tokens", {})
+    lines += [
+        "",
+        f"SmolLM2's continuations (new tokens per set: {toks}) took {gen / 60:.1f} min to generate "
+        "with their features (batched, 1 thread, nice 19 on the shared 2 cores).",
+        "",
+        "Tokens per verification E and per-position acceptance α (E = (1 − α^(γ+1))/(1 − α)), "
+        "\"E / α\" per γ, on SmolLM2's own greedy continuations of held-out prompts (what a verifier "
+        "sees): a chain of γ drafts after every generated position, the real past teacher-forced, "
+        "exactly as the engine drafts after a verification. For comparison, the same measure for "
+        "the engine's n-gram drafter on the same continuations, and the trained model drafters from "
+        "the table above (their accepted/step at γ = 4 plus one).",
+        "",
+        "| drafter | domain | γ=1 | γ=2 | γ=4 | γ=8 |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for m in heads:
+        for domain, ev in m["eval"].items():
+            lines.append(_row(m["name"], domain, ev))
+    for domain, ev in first.get("ngram_eval", {}).items():
+        lines.append(_row("ngram", domain, ev))
+    for m in heads:
+        cover = ", ".join(f"{d} {100 * c:.1f}%" for d, c in m["vocab_coverage"].items())
+        lines += ["", f"- `{m['name']}`: vocabulary coverage of the held-out continuations: {cover}; "
+                      f"train loss {m['first_loss']:.3f} → {m['last_loss']:.3f}.",
+                  f"  Reproduce: `{m['command']}`"]
+    return lines
+
+
+def splice_eagle(models_dir: Path, md: Path) -> bool:
+    """Replace (or append) this section in an existing MODELS.md, leaving the rest as it is
+    (the other sections describe models this checkout may not have built)."""
+    if not md.is_file():
+        return False
+    text = md.read_text(encoding="utf-8")
+    head = "\n## SmolLM2's feature drafters"
+    keep = (text[: text.index(head)] if head in text else text).rstrip("\n") + "\n\n"
+    md.write_text(keep + "\n".join(render_eagle(models_dir)[1:]) + "\n", encoding="utf-8")
+    return True

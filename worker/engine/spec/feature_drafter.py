@@ -1,0 +1,380 @@
+"""A feature drafter (EAGLE-style): one decoder layer over the target's own last hidden states.
+
+Entry ``p`` of a sequence in the drafter's paged KV reads ``fc([f_p; embed(x_{p+1})])``: the
+target's post-norm last-layer feature at position ``p`` and the embedding of the token after
+it. The layer's normed output ``h`` stands for ``f_{p+1}``; the target's tied LM head rows of
+the drafter's vocabulary (``vocab_ids``, a reduced frequency-ranked vocabulary) turn it into the
+distribution of ``x_{p+2}``. Chain drafting feeds ``(h, draft)`` as the next entry: one batched
+forward per draft position, the first one also feeding every real entry not yet in the cache.
+
+Features arrive from the target's forwards through ``observe`` (the engine hands them only while
+a feature drafter is resident) and wait per sequence until the tokens after them are known;
+entries made from real features are kept, drafted ones are overwritten by the real ones at the
+next call. Pending features are bounded (``max_pending`` rows a sequence; past it the oldest are
+dropped and the drafter's context restarts after them) and freed with the sequence. Positions
+the target never computed (a prefix-cache hit, an exact repeat, the time the drafter was
+offloaded) have no features: the drafter's context then starts at the first feature it got
+(``base``), which costs acceptance, never exactness.
+
+The embedding and output rows are the target's tensors (referenced, not copied, for the
+embedding; the output rows are gathered once). ``FeatureModel`` keeps the DecoderModel weight
+attributes, so elastic memory moves ``fc``, the layer, the norm and the head rows like any
+drafter's weights (``weight_slots``), never the target's embedding.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from worker.engine.attention import AttentionGroup
+from worker.engine.kv_cache import KVCache
+from worker.engine.model import DecoderModel
+from worker.engine.model_config import ModelConfig
+from worker.engine.model_runner import ModelRunner
+from worker.engine.sampler import filtered_probs
+from worker.engine.sequence import Sequence
+from worker.engine.spec.drafter import CatchUp, Proposal, Scores
+from worker.engine.spec.model_drafter import ModelDrafter, _Job
+from worker.engine.weights import load_checkpoint
+
+CONFIG_KEY = "nightjar_feature_drafter"
+MAX_PENDING = 4096  # feature rows one sequence may hold before its oldest are dropped
+
+
+def is_feature_drafter(path: str | Path) -> bool:
+    cfg = Path(path) / "config.json"
+    return cfg.is_file() and CONFIG_KEY in json.loads(cfg.read_text(encoding="utf-8"))
+
+
+class FeatureModel(DecoderModel):
+    """One (or more) decoder layers whose input rows are ``fc([feature; embed(token)])``.
+
+    ``forward``'s ``input_ids`` index a table bound by ``bind`` (features and next tokens), so
+    the generic ``ModelRunner`` lays the batch out unchanged. It returns, per wanted row, the
+    logits over the drafter's vocabulary and the output feature side by side: ``[R, K + H]``.
+    """
+
+    def __init__(self, config: ModelConfig, state: dict[str, torch.Tensor], target_embed: torch.Tensor,
+                 target_head: torch.Tensor, device: torch.device, dtype: torch.dtype) -> None:
+        ids = state["vocab_ids"].long()
+        state = dict(state)
+        state["model.embed_tokens.weight"] = target_embed
+        state["lm_head.weight"] = target_head[ids.to(target_head.device)]
+        super().__init__(config, state, device, dtype)
+        self.token_embed = self.embed  # the target's own tensor (``get`` keeps it as it is)
+        self.fc = state["fc.weight"].to(device=device, dtype=dtype)
+        self.vocab_ids = ids.to(device)
+        self._feats = torch.empty(0, config.hidden_size, device=device, dtype=dtype)
+        self._tokens = torch.empty(0, dtype=torch.long, device=device)
+
+    def weight_slots(self) -> list[tuple[object, str]]:
+        slots: list[tuple[object, str]] = [(self, "fc"), (self, "norm"), (self, "lm_head")]
+        for layer in self.layers:
+            slots += [(layer, name) for name, t in vars(layer).items() if t is not None]
+        return slots
+
+    def weight_bytes(self) -> int:
+        seen = {id(getattr(o, a)): getattr(o, a) for o, a in self.weight_slots()}
+        return sum(t.numel() * t.element_size() for t in seen.values())
+
+    def bind(self, feats: torch.Tensor, tokens: torch.Tensor) -> None:
+        self._feats, self._tokens = feats.to(self.dtype), tokens
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        slots: torch.Tensor,
+        kv: torch.Tensor,
+        groups: list[AttentionGroup],
+        logits_rows: torch.Tensor | None,
+    ) -> torch.Tensor:
+        x_in = torch.cat([self._feats[input_ids], F.embedding(self._tokens[input_ids], self.token_embed)], -1)
+        hidden = self.run_layers(F.linear(x_in.to(self.dtype), self.fc), positions, slots, kv, groups)
+        if logits_rows is not None:
+            hidden = hidden.index_select(0, logits_rows)
+        out = self.features(hidden)
+        return torch.cat([F.linear(out, self.lm_head), out], dim=-1)
+
+
+class FeatureRunner(ModelRunner):
+    """A ``ModelRunner`` (layout, paged KV) over a ``FeatureModel``."""
+
+    model: FeatureModel
+
+    def __init__(self, config: ModelConfig, state: dict[str, torch.Tensor], target: DecoderModel,
+                 block_size: int, num_blocks: int = 2) -> None:
+        self.config, self.block_size = config, block_size
+        self.device, self.dtype = target.device, target.dtype
+        self.model = FeatureModel(config, state, target.embed, target.lm_head, self.device, self.dtype)
+        self.weight_bytes = self.model.weight_bytes()
+        self.cache = KVCache(config, num_blocks, block_size, self.device, self.dtype)
+        self.group_size = config.num_heads // config.num_kv_heads
+
+
+def load_feature_runner(path: str | Path, target: ModelRunner, block_size: int) -> FeatureRunner:
+    config, state = load_checkpoint(Path(path), None)
+    if config.hidden_size != target.config.hidden_size or config.vocab_size != target.config.vocab_size:
+        raise ValueError(
+            f"feature drafter {Path(path).name} is for a target of width {config.hidden_size} and vocabulary "
+            f"{config.vocab_size}, not {target.config.hidden_size} / {target.config.vocab_size}"
+        )
+    return FeatureRunner(config, state, target.model, block_size)
+
+
+class _Pending:
+    """Real features of positions ``start ..`` that the drafter's cache does not hold yet."""
+
+    def __init__(self, start: int, rows: torch.Tensor) -> None:
+        self.start, self.rows = start, rows
+
+    @property
+    def end(self) -> int:
+        return self.start + self.rows.shape[0]
+
+
+class FeatureDrafter(ModelDrafter):
+    """``computed`` (ModelDrafter's) counts entries in the cache; ``real`` those made from the
+    target's features (drafted entries after them are dropped at the next call); local entry
+    ``j`` is target position ``base + j``."""
+
+    runner: FeatureRunner
+
+    def __init__(self, name: str, runner: FeatureRunner, max_batched_tokens: int = 512,
+                 max_pending: int = MAX_PENDING) -> None:
+        super().__init__(name, runner, max_batched_tokens)
+        self.model: FeatureModel = runner.model
+        self.max_pending = max_pending
+        self.base: dict[str, int] = {}
+        self.real: dict[str, int] = {}
+        self.pending: dict[str, _Pending] = {}
+        vocab = self.model.vocab_ids
+        self.vocab_size = int(runner.config.vocab_size)
+        self.num_draft_tokens = int(vocab.numel())
+
+    # ------------------------------------------------------------------ features in
+
+    def observe(self, seq_id: str, start: int, rows: torch.Tensor) -> None:
+        """The target computed positions ``start .. start + len(rows) − 1``: their features."""
+        if rows.shape[0] == 0:
+            return
+        rows = rows.detach()
+        p = self.pending.get(seq_id)
+        expected = p.end if p is not None else self._next_entry(seq_id)
+        if seq_id not in self.base:
+            self.base[seq_id], self.real[seq_id] = start, 0
+            p = None
+        elif start > expected:  # a gap: no features in between; the context restarts here
+            self.free(seq_id)
+            self.base[seq_id], self.real[seq_id] = start, 0
+            p = None
+        elif p is not None and start < p.end:
+            p.rows = p.rows[: max(0, start - p.start)]
+        if p is None or p.rows.shape[0] == 0:
+            self.pending[seq_id] = _Pending(start, rows.clone())
+        else:
+            p.rows = torch.cat([p.rows, rows])
+        q = self.pending[seq_id]
+        if q.rows.shape[0] > self.max_pending:  # bounded: drop the oldest, restart the context
+            drop = q.rows.shape[0] - self.max_pending
+            q.start, q.rows = q.start + drop, q.rows[drop:].clone()
+            self.free_cache(seq_id)
+            self.base[seq_id], self.real[seq_id] = q.start, 0
+
+    def pending_rows(self, seq_id: str) -> int:
+        p = self.pending.get(seq_id)
+        return 0 if p is None else int(p.rows.shape[0])
+
+    # ------------------------------------------------------------------ the Drafter API
+
+    def catch_up(self, seqs: list[Sequence]) -> CatchUp:
+        out, jobs = CatchUp(), []
+        for seq in seqs:
+            n = self._entries(seq, len(seq.token_ids) - 3)
+            if n:
+                jobs.append(self._job(seq, n, 0))
+                out.batch_size += 1
+                out.tokens = max(out.tokens, n)
+                out.input_len = max(out.input_len, len(seq.token_ids))
+        self._run_jobs(jobs)
+        return out
+
+    def propose(self, seqs: list[Sequence], ks: list[int]) -> Proposal:
+        tokens: list[list[int]] = [[] for _ in seqs]
+        probs: list[list[torch.Tensor]] = [[] for _ in seqs]
+        live, jobs = [], []
+        for i, (seq, k) in enumerate(zip(seqs, ks, strict=True)):
+            n = self._entries(seq, len(seq.token_ids) - 2) if k > 0 else 0
+            if n:
+                live.append(i)
+                jobs.append(self._job(seq, n, 1))
+        rows = self._run_jobs(jobs)
+        while live:
+            ok = [(i, r) for i, r in zip(live, rows, strict=True) if r is not None]
+            if not ok:
+                break
+            k_dim = self.num_draft_tokens
+            picked, q = self._pick_rows([seqs[i] for i, _ in ok], torch.cat([r[:, :k_dim] for _, r in ok]))
+            live, jobs = [], []
+            for (i, r), tok, qi in zip(ok, picked, q, strict=True):
+                tokens[i].append(tok)
+                if qi is not None:
+                    probs[i].append(qi)
+                if len(tokens[i]) < ks[i]:
+                    live.append(i)
+                    sid = seqs[i].request_id
+                    jobs.append(_DraftJob(sid, self.computed[sid], r[:, k_dim:], tok))
+            rows = self._run_jobs(jobs) if jobs else []
+        return Proposal(tokens, [torch.stack(p) if p else None for p in probs])
+
+    def rollback(self, seq_id: str, num_tokens: int) -> None:
+        """Only the first ``num_tokens`` tokens stand: entries need ``x_{p+1}`` among them, and
+        pending features ``f_p`` need ``p < num_tokens``."""
+        if seq_id not in self.base:
+            return
+        p = self.pending.get(seq_id)
+        if p is not None and p.end > num_tokens:
+            p.rows = p.rows[: max(0, num_tokens - p.start)]
+        if self.real[seq_id] > max(0, num_tokens - 1 - self.base[seq_id]):
+            self.free(seq_id)  # real entries built on tokens that left (not in a normal step)
+
+    def score(self, seqs: list[Sequence], starts: list[int]) -> Scores:
+        jobs, wants = [], []
+        for seq, s in zip(seqs, starts, strict=True):
+            n = self._entries(seq, len(seq.token_ids) - 3)
+            first = self._next_entry(seq.request_id)
+            # Position j's prediction comes from entry j − 2: entries s − 2 .. len − 3.
+            want = len(seq.token_ids) - s if n and first <= s - 2 and n >= len(seq.token_ids) - s else 0
+            wants.append(want)
+            jobs.append(self._job(seq, n, want) if n else None)
+        rows = self._run_jobs([j for j in jobs if j is not None])
+        it = iter(rows)
+        tokens: list[list[int]] = []
+        logits: list[torch.Tensor | None] = []
+        for seq, s, job, want in zip(seqs, starts, jobs, wants, strict=True):
+            r = next(it) if job is not None else None
+            if r is None or want == 0:
+                tokens.append([-1] * (len(seq.token_ids) - s))
+                logits.append(None)
+                continue
+            lg = r[:, : self.num_draft_tokens]
+            tokens.append(self.model.vocab_ids[lg.argmax(-1)].tolist())
+            logits.append(None if seq.params.greedy else self._full(lg))
+        return Scores(tokens, logits)
+
+    def free(self, seq_id: str) -> None:
+        self.free_cache(seq_id)
+        self._forget(seq_id)
+
+    def reset(self) -> None:
+        super().reset()
+        self.base.clear()
+        self.real.clear()
+        self.pending.clear()
+
+    # ------------------------------------------------------------------ internals
+
+    def free_cache(self, seq_id: str) -> None:
+        self.computed.pop(seq_id, None)
+        self.blocks.free(seq_id)
+        if seq_id in self.real:
+            self.real[seq_id] = 0
+
+    def _forget(self, seq_id: str) -> None:
+        self.base.pop(seq_id, None)
+        self.real.pop(seq_id, None)
+        self.pending.pop(seq_id, None)
+
+    def _next_entry(self, seq_id: str) -> int:
+        return self.base.get(seq_id, 0) + self.real.get(seq_id, 0)
+
+    def _entries(self, seq: Sequence, last: int) -> int:
+        """Drop drafted entries; the number of real entries computable up to target position
+        ``last`` (an entry ``p`` needs ``f_p`` pending and ``x_{p+1}`` in the sequence)."""
+        sid = seq.request_id
+        if sid not in self.base:
+            return 0
+        real = self.real[sid]
+        if self.computed.get(sid, 0) > real:
+            self.blocks.truncate(sid, real)
+            self.computed[sid] = real
+        p = self.pending.get(sid)
+        first = self.base[sid] + real
+        if p is None or p.start > first or p.end <= first:
+            return 0
+        return max(0, min(last, p.end - 1, len(seq.token_ids) - 2) - first + 1)
+
+    def _job(self, seq: Sequence, n: int, num_logits: int) -> _RealJob:
+        sid = seq.request_id
+        p = self.pending[sid]
+        first = self.base[sid] + self.real[sid]
+        feats = p.rows[first - p.start : first - p.start + n]
+        toks = seq.token_ids[first + 1 : first + 1 + n]
+        return _RealJob(sid, self.real[sid], feats, toks, num_logits, n)
+
+    def _run_jobs(self, jobs: list[_RealJob] | list[_DraftJob]) -> list[torch.Tensor | None]:
+        """Bind every job's rows as one table and feed them through ``ModelDrafter._feed``
+        (which frees a sequence the pool has no room for: it starts over at its next features)."""
+        if not jobs:
+            return []
+        feats, toks, feed = [], [], []
+        at = 0
+        for job in jobs:
+            feats.append(job.feats)
+            toks += job.tokens
+            n = len(job.tokens)
+            feed.append(_Job(job.seq_id, list(range(at, at + n)), job.start, job.num_logits))
+            at += n
+        dev = self.model.device
+        self.model.bind(torch.cat(feats).to(dev), torch.tensor(toks, dtype=torch.long, device=dev))
+        rows = self._feed(feed)
+        for job in jobs:
+            if job.seq_id in self.base and job.consumed:
+                self.real[job.seq_id] += job.consumed
+                p = self.pending[job.seq_id]
+                cut = self.base[job.seq_id] + self.real[job.seq_id] - p.start
+                p.start, p.rows = p.start + cut, p.rows[cut:]
+        return rows
+
+    def _full(self, logits: torch.Tensor) -> torch.Tensor:
+        """Rows over the drafter's vocabulary as full-vocabulary logits (−inf elsewhere)."""
+        full = torch.full((logits.shape[0], self.vocab_size), float("-inf"), device=logits.device)
+        full[:, self.model.vocab_ids] = logits.float()
+        return full
+
+    def _pick_rows(
+        self, seqs: list[Sequence], logits: torch.Tensor
+    ) -> tuple[list[int], list[torch.Tensor | None]]:
+        """Argmax for greedy sequences; a draw from the warped distribution, renormalised over
+        the drafter's vocabulary, for sampled ones (q is over the full vocabulary)."""
+        ids = self.model.vocab_ids
+        tokens = ids[logits.argmax(-1)].tolist()
+        q: list[torch.Tensor | None] = [None] * len(seqs)
+        sampled = [i for i, s in enumerate(seqs) if not s.params.greedy]
+        if sampled:
+            probs = filtered_probs(self._full(logits[sampled]), [seqs[i].params for i in sampled]).cpu()
+            for row, i in enumerate(sampled):
+                tokens[i] = int(torch.multinomial(probs[row], 1, generator=seqs[i].generator))
+                q[i] = probs[row]
+        return tokens, q
+
+
+class _RealJob:
+    """Entries from real features: local positions ``start ..``."""
+
+    def __init__(self, seq_id: str, start: int, feats: torch.Tensor, tokens: list[int], num_logits: int,
+                 consumed: int) -> None:
+        self.seq_id, self.start, self.feats, self.tokens = seq_id, start, feats, tokens
+        self.num_logits, self.consumed = num_logits, consumed
+
+
+class _DraftJob(_RealJob):
+    """One drafted entry: the drafter's own output feature and its draft token."""
+
+    def __init__(self, seq_id: str, start: int, feat: torch.Tensor, token: int) -> None:
+        super().__init__(seq_id, start, feat, [token], 1, 0)
