@@ -6,6 +6,7 @@ ones and waits until all are ready) and may break it as it likes.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -40,7 +41,10 @@ def chaos_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServe
 def cluster(
     chaos_redis: RedisServer, chaos_model: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
-    c = Cluster(chaos_redis, chaos_model, tmp_path_factory.mktemp("chaos-logs"))
+    keep = os.environ.get("NIGHTJAR_CHAOS_LOGS")  # a directory to keep the processes' logs in (CI artifacts)
+    logs = Path(keep) if keep else tmp_path_factory.mktemp("chaos-logs")
+    logs.mkdir(parents=True, exist_ok=True)
+    c = Cluster(chaos_redis, chaos_model, logs)
     c.start_all()
     try:
         precompute_references(chaos_model)  # while the services start

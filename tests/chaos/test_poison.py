@@ -45,13 +45,14 @@ async def test_poison_temperature_fails_alone(
     via_jobs = await gw.post("/v1/jobs", json={"prompt": "Poison via the job API", "params": poison})
     raw = JobRequest(
         job_id="chaos-poison-raw",
-        model=names.MODEL,
         prompt="Poison past the gateway",
         params=SamplingParams(temperature=0.5, top_p=0.5, max_tokens=n_tokens, ignore_eos=True),
     )
     # Packed by hand, so the entry really carries 1e-300 (the schema would raise it on the way in).
     data = raw.model_dump(mode="json")
     data["params"].update(temperature=1e-300, top_p=1e-300)
+    if "model" in JobRequest.model_fields:  # routed to the cluster's model
+        data["model"] = names.MODEL
     envelope = {"v": codec.SCHEMA_VERSION, "t": JobRequest.kind, "d": data}
     await r.xadd(names.jobs_stream(), {codec.FIELD: msgpack.packb(envelope, use_bin_type=True)})
     body = {"prompt": "Poison via OpenAI", "max_tokens": n_tokens, "temperature": 1e-300}
