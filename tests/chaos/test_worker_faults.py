@@ -76,16 +76,21 @@ async def test_worker_sigstop_past_claim_idle_then_sigcont(
     healthy: Cluster, gw: httpx.AsyncClient, r: aioredis.Redis
 ) -> None:
     c = healthy
-    victim, other = c.workers
     n_tokens, prompts = LONG_N, LONG_PROMPTS  # long enough that the paused worker still has work left
     job_ids = {await submit(gw, p, max_tokens=n_tokens, ignore_eos=True): p for p in prompts}
 
-    async def victim_busy() -> list[str]:
-        got = await busy_on(r, list(job_ids), victim)
-        return got if len(got) >= 3 else []
+    async def spread() -> dict[str, list[str]] | None:
+        # Every job started; the victim is whichever worker streams more of them (at least 2).
+        busy = {w: await busy_on(r, list(job_ids), w) for w in c.workers}
+        if sum(map(len, busy.values())) < len(job_ids) or max(map(len, busy.values())) < 2:
+            return None
+        return busy
 
-    held = await poll(victim_busy, 60, f"{victim} to be running jobs", every_s=0.05)
-    assert isinstance(held, list)
+    busy = await poll(spread, 60, "every job to be streaming", every_s=0.05)
+    assert isinstance(busy, dict)
+    victim = max(c.workers, key=lambda w: len(busy[w]))
+    other = next(w for w in c.workers if w != victim)
+    held = busy[victim]
     stopped_at = c.signal(victim, signal.SIGSTOP)
     try:
 
