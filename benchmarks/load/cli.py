@@ -89,11 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("benchmarks").setLevel(min(level, logging.INFO))
     logging.getLogger("httpx").setLevel(max(level, logging.WARNING))
     from benchmarks.load.session import BenchError, run
+    from nightjar.options import UsageError
 
     out = Path(args.out) if args.out else REPO / "runs" / time.strftime("bench-%Y%m%d-%H%M%S")
     try:
         result, outputs = run(args, out, "nightjar bench " + shlex.join(argv))
-    except (BenchError, ValueError) as exc:
+    except (BenchError, UsageError, ValueError) as exc:
         print(f"nightjar bench: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -29,7 +29,7 @@ from benchmarks.load.results import BaselineRow, BenchResult
 from benchmarks.load.runner import Outputs, RunSettings, finish, run_configs, stamp
 from benchmarks.load.trio import TrioOptions
 from benchmarks.load.workloads import load_workload
-from shared.options import typed_pairs
+from nightjar.options import engine_options
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace, out_dir: Path, command: str) -> tuple[BenchRes
         trio=TrioOptions(
             args.model,
             max_jobs=args.max_jobs,
-            engine=typed_pairs(args.engine_opt, "--engine-opt"),
+            engine=engine_options(args.engine_opt),
             threads=threads,
             worker_cpus=pins.worker,
             other_cpus=pins.others,
