@@ -2,7 +2,10 @@
 
 - more than ``max_concurrency`` requests in flight: 503 ``unavailable`` with Retry-After;
 - a body over ``max_body_bytes`` (by Content-Length, or counted as it arrives): 413
-  ``payload_too_large``, without reading the rest;
+  ``payload_too_large``; the rest of the body is read and dropped first (up to
+  ``DISCARD_FACTOR`` × the limit, for ``DISCARD_S`` at most), since a server that answers and
+  closes while a client still uploads makes the kernel reset the connection, and the client
+  then never sees the answer;
 - a body not complete within ``body_timeout_s`` of the request's start (a slow-loris body):
   408 ``timeout``;
 - a response ``send`` that cannot complete within ``send_timeout_s`` (a client that reads
@@ -28,6 +31,8 @@ log = logging.getLogger("nightjar.gateway")
 
 
 CLOSE = {"Connection": "close"}  # the rest of an unread body must not be taken for a next request
+DISCARD_FACTOR = 8  # a refused body is read and dropped up to this many times the limit
+DISCARD_S = 2.0  # and for this long at most
 
 
 class ClientTooSlow(Exception):
@@ -62,6 +67,7 @@ class Limits:
             await send_error(send, APIError.of(ErrorCode.BAD_REQUEST, "invalid Content-Length"))
             return
         if declared is not None and declared > limit:
+            await _discard(receive, limit * DISCARD_FACTOR)
             await send_error(send, _too_large(limit), CLOSE)
             return
         chunks: list[bytes] = []
@@ -74,6 +80,8 @@ class Limits:
                 chunk = message.get("body", b"")
                 size += len(chunk)
                 if size > limit:
+                    if message.get("more_body", False):
+                        await _discard(receive, limit * DISCARD_FACTOR - size)
                     await send_error(send, _too_large(limit), CLOSE)
                     return
                 chunks.append(chunk)
@@ -115,6 +123,19 @@ class Limits:
                 raise
             client = scope.get("client")
             log.info("dropped a client that stopped reading (%s): %s", client, exc)
+
+
+async def _discard(receive: Receive, cap_bytes: int) -> None:
+    """Read and drop the rest of a refused body (bounded in bytes and time)."""
+    seen = 0
+    with anyio.move_on_after(DISCARD_S):
+        while seen < cap_bytes:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            seen += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return
 
 
 def _too_large(limit: int) -> APIError:
