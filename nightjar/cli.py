@@ -74,6 +74,11 @@ def add_result_ttl(p: argparse.ArgumentParser) -> None:
 def _add_worker(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=env("MODEL"), help="model directory (NIGHTJAR_MODEL)")
     p.add_argument("--worker-id", default=env("WORKER_ID"), help="NIGHTJAR_WORKER_ID")
+    p.add_argument(
+        "--served-model-name",
+        default=env("SERVED_MODEL_NAME", ""),
+        help="the model's name in the API (default: the model directory's name; NIGHTJAR_SERVED_MODEL_NAME)",
+    )
     p.add_argument("--max-jobs", type=int, default=env("MAX_JOBS", "16"), help="NIGHTJAR_MAX_JOBS")
     p.add_argument(
         "--claim-idle", type=float, default=env("CLAIM_IDLE_S", "30"), help="NIGHTJAR_CLAIM_IDLE_S"
@@ -119,6 +124,13 @@ def add_metrics_port(p: argparse.ArgumentParser) -> None:
 def _add_planner(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default=env("POLICY", "nightjar"), help="NIGHTJAR_POLICY (default nightjar)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="policy parameter")
+    p.add_argument(
+        "--valid-for",
+        type=float,
+        default=env("DECISION_VALID_FOR_S", "30"),
+        help="seconds a decision stays valid: workers fall back to no speculation when the planner "
+        "is silent this long (NIGHTJAR_DECISION_VALID_FOR_S)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

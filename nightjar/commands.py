@@ -68,6 +68,7 @@ def _worker_service(args: argparse.Namespace) -> tuple[Service, Stop]:
             model_dir=model,
             redis_url=args.redis_url,
             worker_id=args.worker_id or default_worker_id(),
+            model_name=getattr(args, "served_model_name", "") or "",
             max_jobs=args.max_jobs,
             claim_idle_s=args.claim_idle,
             renew_s=args.renew,
@@ -102,10 +103,14 @@ def _planner_service(args: argparse.Namespace) -> Service:
         registry.create(args.policy, **params)  # fail fast, before any service starts
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if not args.valid_for > 0:
+        raise UsageError("--valid-for must be positive")
     settings = PlannerSettings(
         redis_url=args.redis_url,
         policy=args.policy,
         params=params,
+        valid_for_s=args.valid_for,
+        republish_s=min(10.0, args.valid_for / 3),
         metrics_port=getattr(args, "metrics_port", None),
         metrics_host=getattr(args, "metrics_host", "127.0.0.1"),
     )

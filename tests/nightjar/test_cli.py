@@ -32,6 +32,7 @@ def _error_line(capsys: pytest.CaptureFixture[str]) -> str:
         ["planner", "--set", "gamma"],
         ["planner", "--policy", "nope"],
         ["planner", "use", "static", "--set", "colour=red"],
+        ["planner", "--valid-for", "0"],
         ["--log-level", "loud", "up"],
     ],
 )
@@ -51,6 +52,8 @@ def test_environment_gives_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     args = build_parser().parse_args(["up"])
     assert (args.port, args.redis_url, args.max_jobs) == (9001, "redis://h:1/3", 4)
     assert build_parser().parse_args(["up", "--port", "9002"]).port == 9002
+    monkeypatch.setenv("NIGHTJAR_DECISION_VALID_FOR_S", "4.5")
+    assert build_parser().parse_args(["planner"]).valid_for == 4.5
 
 
 def test_planner_use_sends_a_policy_command(capsys: pytest.CaptureFixture[str]) -> None:
