@@ -29,10 +29,11 @@ def render_eagle(models_dir: Path) -> list[str]:
     lines += [
         "Each head reads SmolLM2's own post-norm last-layer hidden state at position t and the "
         "embedding of token t+1 (`fc` over both), runs one Llama decoder layer and an RMSNorm, and "
-        "proposes through SmolLM2's tied output layer restricted to a frequency-ranked vocabulary "
-        f"of {first['architecture'].split('over ')[-1]}: the rows are the target's own, so the head "
-        "stores only their ids (the full 49,152-row product would cost a drafted position ~7 ms here, "
-        "most of a draft; the slice covers almost all of what SmolLM2 emits — coverage below). "
+        "proposes through SmolLM2's tied output layer restricted to the "
+        f"{first['architecture'].split('over ')[-1]} SmolLM2 emits most in the head's training "
+        "continuations: the rows are the target's own, so the head stores only their ids (the full "
+        "49,152-row product would cost a drafted position ~7 ms here, most of a draft; the price is "
+        "the coverage below, a ceiling on acceptance). "
         "Trained on SmolLM2's own greedy continuations (self-distillation) with their features, "
         "generated once and cached; loss: cross-entropy to SmolLM2's next-token distribution "
         "renormalised over the head's vocabulary plus a small smooth-L1 feature regression, on the "
@@ -49,19 +50,23 @@ def render_eagle(models_dir: Path) -> list[str]:
             f"{m.get('file_bytes', 0) / 1e6:.1f} MB | {sets} ({m['loss_positions']} loss positions "
             f"seen) | {m['train_seconds'] / 60:.1f} min | {m['steps']} | {m['seed']} |"
         )
-    gen = first.get("generation_seconds", 0)
-    toks = first.get("target_new_tokens", {})
+    widest = max(heads, key=lambda m: len(m.get("target_new_tokens", {})))
+    gen = widest.get("generation_seconds", 0)
+    toks = widest.get("target_new_tokens", {})
+    train = sum(m["train_seconds"] for m in heads)
     lines += [
         "",
         f"SmolLM2's continuations (new tokens per set: {toks}) took {gen / 60:.1f} min to generate "
-        "with their features (batched, 1 thread, nice 19 on the shared 2 cores).",
+        "with their features (batched, 1 thread, nice 19 on the 2 cores shared with four other "
+        f"agents' work); training both heads {train / 60:.1f} min; the whole command about "
+        f"{(gen + train) / 60 + 3:.0f} min (evaluation included).",
         "",
         "Tokens per verification E and per-position acceptance α (E = (1 − α^(γ+1))/(1 − α)), "
         "\"E / α\" per γ, on SmolLM2's own greedy continuations of held-out prompts (what a verifier "
         "sees): a chain of γ drafts after every generated position, the real past teacher-forced, "
         "exactly as the engine drafts after a verification. For comparison, the same measure for "
-        "the engine's n-gram drafter on the same continuations, and the trained model drafters from "
-        "the table above (their accepted/step at γ = 4 plus one).",
+        "the engine's n-gram drafter on the same continuations; the model drafters above reach "
+        "E = 1.04–1.21 at γ = 4 (their accepted/step plus one).",
         "",
         "| drafter | domain | γ=1 | γ=2 | γ=4 | γ=8 |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -71,6 +76,19 @@ def render_eagle(models_dir: Path) -> list[str]:
             lines.append(_row(m["name"], domain, ev))
     for domain, ev in first.get("ngram_eval", {}).items():
         lines.append(_row("ngram", domain, ev))
+    lines += [
+        "",
+        "Honestly: the issue's target (α ≥ 0.6 at γ = 4 in domain) is not reached. In domain the "
+        "heads agree with SmolLM2's next token on ~0.29 (chat) and ~0.38 (code) of held-out "
+        "positions, and α hardly falls with γ, so the chained training-time pass works but the "
+        "first guess is the weak one. What limits them, measured: (1) data — ~38k chat and ~24k "
+        "code tokens of SmolLM2's own text, all this CPU could generate in the time (SmolLM2 ran at "
+        "15–90 tokens/s, niced, beside four other agents); on its training continuations the chat "
+        "head agrees 0.43, on held-out ones 0.29, so it is data-bound, not capacity-bound; "
+        "(2) steps — 200 (about 1,600 sequences) and the loss was still falling; (3) the 8,192-token "
+        "vocabulary covers only 89% of held-out chat tokens (a 0.89 ceiling; 16k would lift it at a "
+        "small cost). The n-gram drafter is still SmolLM2's best on these continuations at γ ≥ 2.",
+    ]
     for m in heads:
         cover = ", ".join(f"{d} {100 * c:.1f}%" for d, c in m["vocab_coverage"].items())
         lines += ["", f"- `{m['name']}`: vocabulary coverage of the held-out continuations: {cover}; "
