@@ -42,7 +42,7 @@ def describe_gammas(table: list[tuple[int, int]]) -> str:
     """A γ table as "≤4:2 ≤16:1 rest:0" (one bucket: just the γ)."""
     if len(table) == 1:
         return str(table[0][1])
-    return " ".join(f"{'rest' if b >= 1 << 30 else f'≤{b}'}:{g}" for b, g in table)
+    return " ".join(f"{'rest' if b >= ALL_BATCHES else f'≤{b}'}:{g}" for b, g in table)
 
 
 def _what(d: Decision) -> tuple[list[tuple[int, int]], str | None, bool]:
