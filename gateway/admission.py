@@ -9,6 +9,7 @@ same client-chosen id, or a client library's own retry of the script) return the
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
@@ -19,9 +20,12 @@ from shared.schemas import JobRequest
 # Fields of the job hash that the gateway writes and reads.
 OWNER = jobs.OWNER  # a digest of the API key that made the job ("" when the gateway is open)
 FINGERPRINT = "fingerprint"  # digest of the request: a reused id with another body is a 409
+MODEL = "model"  # the served model whose queue holds the job
+METADATA = "metadata"  # the client's metadata (JSON), returned by GET /v1/jobs/{id}
 
-# KEYS: job hash, job stream. ARGV: group, max_queue, ttl_s, entry field, entry payload,
-# the fingerprint / owner / status field names, then field, value pairs for the hash.
+# KEYS: job hash, the model's job stream (one hash tag). ARGV: group, max_queue, ttl_s,
+# entry field, entry payload, the fingerprint / owner / status field names, then field,
+# value pairs for the hash.
 SUBMIT_LUA = """
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local got = redis.call('HMGET', KEYS[1], ARGV[6], ARGV[7], ARGV[8])
@@ -94,8 +98,13 @@ class Admission:
             jobs.STATUS,
         ]
         args += [jobs.STATUS, jobs.JobStatus.QUEUED.value, jobs.CREATED_AT, repr(job.created_at)]
-        args += [OWNER, owner, FINGERPRINT, fingerprint]
-        reply = await self._script(keys=[keys.job_key(job.job_id), keys.JOBS_STREAM], args=args)
+        args += [OWNER, owner, FINGERPRINT, fingerprint, MODEL, job.model]
+        if job.metadata:
+            args += [METADATA, json.dumps(job.metadata, ensure_ascii=False)]
+        # Both keys carry the model's hash tag: one Redis Cluster slot.
+        reply = await self._script(
+            keys=[keys.job_key(job.model, job.job_id), keys.jobs_stream(job.model)], args=args
+        )
         outcome = _text(reply[0])
         if outcome == "full":
             return Admitted("full", load=int(_text(reply[1])))

@@ -22,9 +22,8 @@ from redis.exceptions import RedisError
 
 from gateway import sse
 from gateway.errors import APIError, error_body, error_status, store_down
-from gateway.openai_schema import ResponseBuilder
+from gateway.responses import ResponseBuilder
 from gateway.store import JobStore, StoredEvent
-from shared import codec, jobs, keys
 from shared.errors import ErrorCode
 from shared.schemas import ErrorEvent, FinishEvent, TokenEvent
 
@@ -40,7 +39,7 @@ def _timeout(job_id: str, seconds: float) -> APIError:
     return APIError.of(ErrorCode.TIMEOUT, f"request timed out after {seconds:g}s; job {job_id} was cancelled")
 
 
-async def _cancel_quietly(store: JobStore, job_id: str) -> None:
+async def cancel_quietly(store: JobStore, job_id: str) -> None:
     with anyio.CancelScope(shield=True), anyio.move_on_after(5), contextlib.suppress(RedisError, OSError):
         await store.request_cancel(job_id)
 
@@ -85,12 +84,9 @@ async def final_event(store: JobStore, job_id: str, until: float | None = None) 
         if ev is not None and isinstance(ev.msg, FinishEvent | ErrorEvent):
             return ev.msg
     # Over without a final event on the stream (it expired): the job record has the result.
-    raw = await store.r.hget(keys.job_key(job_id), jobs.RESULT)
-    if raw is not None:
-        with contextlib.suppress(codec.CodecError):
-            msg = codec.decode(raw if isinstance(raw, bytes) else raw.encode())
-            if isinstance(msg, FinishEvent | ErrorEvent):
-                return msg
+    stored = await store.result(job_id)
+    if stored is not None:
+        return stored
     return ErrorEvent(job_id=job_id, code=ErrorCode.INTERNAL.value, message="the job ended without a result")
 
 
@@ -105,10 +101,10 @@ async def complete(request: Request, store: JobStore, job_id: str, out: Response
     try:
         final = await _race(request, lambda: final_event(store, job_id), timeout_s)
     except ClientGone:
-        await _cancel_quietly(store, job_id)
+        await cancel_quietly(store, job_id)
         return Response(status_code=499)  # nobody reads it
     except TimeoutError:
-        await _cancel_quietly(store, job_id)
+        await cancel_quietly(store, job_id)
         raise _timeout(job_id, timeout_s) from None
     if isinstance(final, ErrorEvent):
         return _error_response(final)
@@ -135,10 +131,10 @@ async def stream(request: Request, store: JobStore, job_id: str, out: ResponseBu
             raise TimeoutError
         ev = got
     except ClientGone:
-        await _cancel_quietly(store, job_id)
+        await cancel_quietly(store, job_id)
         return Response(status_code=499)
     except TimeoutError:
-        await _cancel_quietly(store, job_id)
+        await cancel_quietly(store, job_id)
         raise _timeout(job_id, timeout_s) from None
     if ev is None:
         final = await final_event(store, job_id)
@@ -169,7 +165,12 @@ async def _chunks(
                 yield ev
 
     try:
+        echoed = out.echo_chunk(0)
+        if echoed is not None:
+            yield sse.data(echoed)
         async for ev in chain():
+            if ev is not None:
+                out.observe(0, ev.msg)
             if ev is None:
                 if anyio.current_time() >= until:
                     yield sse.data(_timeout(job_id, timeout_s).body())
@@ -203,4 +204,4 @@ async def _chunks(
         yield sse.DONE
     finally:
         if not ended:
-            await _cancel_quietly(store, job_id)
+            await cancel_quietly(store, job_id)

@@ -1,42 +1,93 @@
-"""OpenAI-compatible request bodies and the responses and stream chunks built from results.
+"""OpenAI-compatible request bodies (/v1/completions, /v1/chat/completions).
 
-Unsupported OpenAI features (n > 1, logprobs, echo, penalties) are refused with a 400
-naming the parameter rather than silently ignored. Extensions: top_k, ignore_eos, priority.
+As vLLM does, a field this server does not know is ignored and logged once per field name,
+so clients that send newer or vendor fields (``store``, ``service_tier``, ...) work. vLLM's
+common extensions are accepted: ``top_k``, ``min_tokens``, ``repetition_penalty``,
+``stop_token_ids``, ``ignore_eos``, ``priority``, ``stream_options.continuous_usage_stats``.
+A known feature that this server cannot honour (``best_of``, ``suffix``, structured output
+beyond ``{"type": "text"}``, tools) is a 400 naming the parameter, never silently dropped.
 """
 
 from __future__ import annotations
 
-import time
-from typing import Any, Literal
+import logging
+import threading
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway.errors import APIError, from_validation
+from gateway.responses import ResponseBuilder
 from shared.errors import ErrorCode
-from shared.schemas import INT32_MAX, ChatMessage, FinishEvent, SamplingParams
+from shared.schemas import INT32_MAX, MAX_TOKEN_ID, ChatMessage, SamplingParams, valid_text
+
+__all__ = ["ChatRequest", "CompletionRequest", "ResponseBuilder", "chat_message", "check_processors"]
+
+log = logging.getLogger("nightjar.gateway")
+MAX_N = 128  # choices per request (n × prompts), each one job
+MAX_PROMPTS = 256
+# The logits processors and outputs the engine honours (worker/engine); a request asking for
+# another is refused by name rather than run without it.
+ENGINE_PROCESSORS: frozenset[str] = frozenset()
+_logged: set[str] = set()
+_logged_lock = threading.Lock()
 
 
-class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+def ignored(fields: list[str]) -> None:
+    """Log each ignored field name once per process (a client sends it on every request)."""
+    with _logged_lock:
+        new = [f for f in fields if f not in _logged and len(_logged) < 10_000]
+        _logged.update(new)
+    for f in new:
+        log.warning("ignoring unknown request field %r (logged once)", f[:100])
+
+
+class _Lenient(BaseModel):
+    """Unknown fields are accepted, logged once and dropped."""
+
+    model_config = ConfigDict(extra="allow")
+
+    @model_validator(mode="after")
+    def _drop_unknown(self) -> _Lenient:
+        extra = self.__pydantic_extra__
+        if extra:
+            ignored([f"{type(self).__name__}.{k}" for k in extra])
+            extra.clear()
+        return self
+
+
+class StreamOptions(_Lenient):
     include_usage: bool = False
+    continuous_usage_stats: bool = False  # vLLM: usage in every chunk
 
 
-class _Common(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ResponseFormat(_Lenient):
+    type: str = "text"
+    json_schema: dict[str, Any] | None = None
 
-    model: str | None = None
+
+class _Common(_Lenient):
+    model: str | None = Field(default=None, max_length=256)
     max_tokens: int | None = Field(default=None, ge=1, le=INT32_MAX)
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    n: int = Field(default=1, ge=1, le=1, description="only 1 is supported")
+    n: int = Field(default=1, ge=1, le=MAX_N)
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
     seed: int | None = Field(default=None, ge=0, lt=2**63)
     user: str | None = None
-    presence_penalty: float = Field(default=0.0, ge=0.0, le=0.0, description="not supported")
-    frequency_penalty: float = Field(default=0.0, ge=0.0, le=0.0, description="not supported")
-    top_k: int = Field(default=0, ge=0, le=INT32_MAX)
+    metadata: dict[str, str] | None = None
+    store: bool | None = None
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    repetition_penalty: float = Field(default=1.0, gt=0.0, le=10.0)
+    logit_bias: dict[str, float] | None = None
+    response_format: ResponseFormat | None = None
+    # vLLM's extensions.
+    top_k: int = Field(default=0, ge=-1, le=INT32_MAX)  # 0 or -1: no top-k filter
+    min_tokens: int = Field(default=0, ge=0, le=32768)
+    stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
     priority: int = Field(default=0, ge=-INT32_MAX, le=INT32_MAX)
 
@@ -44,48 +95,129 @@ class _Common(BaseModel):
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
 
-    def sampling(self, max_tokens: int) -> SamplingParams:
+    @property
+    def continuous_usage(self) -> bool:
+        return bool(self.stream and self.stream_options and self.stream_options.continuous_usage_stats)
+
+    def check_supported(self) -> None:
+        """400 for a known feature this server cannot honour yet (named, never dropped)."""
+        check_processors(self.sampling(1))
+        fmt = self.response_format
+        if fmt is not None and fmt.type != "text":
+            raise APIError.of(
+                ErrorCode.BAD_REQUEST,
+                f"response_format {fmt.type!r} is not supported by this server (only 'text')",
+                param="response_format",
+            )
+
+    def logprobs_k(self) -> int | None:
+        return None
+
+    def sampling(self, max_tokens: int, seed: int | None = None) -> SamplingParams:
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        try:
+            bias = {int(k): v for k, v in (self.logit_bias or {}).items()}
+        except ValueError:
+            raise APIError.of(
+                ErrorCode.BAD_REQUEST, "logit_bias keys must be token ids", param="logit_bias"
+            ) from None
         try:
             return SamplingParams(
                 max_tokens=max_tokens,
                 temperature=self.temperature,
                 top_p=self.top_p,
-                top_k=self.top_k,
-                seed=self.seed,
+                top_k=max(0, self.top_k),
+                seed=self.seed if seed is None else seed,
                 stop=stop,
                 ignore_eos=self.ignore_eos,
+                min_tokens=self.min_tokens,
+                stop_token_ids=list(self.stop_token_ids or []),
+                presence_penalty=self.presence_penalty,
+                frequency_penalty=self.frequency_penalty,
+                repetition_penalty=self.repetition_penalty,
+                logit_bias=bias,
+                logprobs=self.logprobs_k(),
             )
         except ValidationError as exc:
             raise from_validation(exc) from None
 
 
 class CompletionRequest(_Common):
-    prompt: str | list[int] | list[str]
-    echo: Literal[False] = False
-    logprobs: None = None
-    suffix: None = None
+    prompt: Any  # a string, strings, token ids or lists of token ids (checked below)
+    echo: bool = False
+    logprobs: int | None = Field(default=None, ge=0, le=20)
+    best_of: int | None = Field(default=None, ge=1, le=MAX_N)
+    suffix: str | None = None
 
-    def prompt_input(self) -> dict[str, Any]:
-        """The JobRequest input field for this prompt."""
+    def check_supported(self) -> None:
+        super().check_supported()
+        if self.best_of is not None and self.best_of != self.n:
+            raise APIError.of(
+                ErrorCode.BAD_REQUEST,
+                "best_of is not supported (vLLM's V1 engine dropped it too): use n and pick a choice",
+                param="best_of",
+            )
+        if self.suffix:
+            raise APIError.of(ErrorCode.BAD_REQUEST, "suffix is not supported", param="suffix")
+
+    def logprobs_k(self) -> int | None:
+        return self.logprobs
+
+    def prompt_inputs(self) -> list[dict[str, Any]]:
+        """The JobRequest input field of each prompt, in order."""
         p = self.prompt
         if isinstance(p, str):
-            return {"prompt": p}
+            return [{"prompt": p}]
         if not p:
             raise APIError.of(ErrorCode.BAD_REQUEST, "prompt must not be empty", param="prompt")
-        if all(isinstance(x, str) for x in p):
-            if len(p) != 1:
+        if all(isinstance(x, int) for x in p):
+            return [{"prompt_token_ids": list(p)}]
+        if len(p) > MAX_PROMPTS:
+            raise APIError.of(
+                ErrorCode.BAD_REQUEST, f"at most {MAX_PROMPTS} prompts per request", param="prompt"
+            )
+        out: list[dict[str, Any]] = []
+        for x in p:
+            if isinstance(x, str):
+                out.append({"prompt": x})
+            elif isinstance(x, list) and x and all(isinstance(t, int) for t in x):
+                out.append({"prompt_token_ids": list(x)})
+            else:
                 raise APIError.of(
-                    ErrorCode.BAD_REQUEST, "only one prompt per request is supported", param="prompt"
+                    ErrorCode.BAD_REQUEST,
+                    "prompt must be a string, a list of strings, token ids or lists of token ids",
+                    param="prompt",
                 )
-            return {"prompt": p[0]}
-        return {"prompt_token_ids": list(p)}
+        return out
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_shape(cls, p: Any) -> Any:
+        def ids(x: Any) -> bool:
+            return (
+                isinstance(x, list) and bool(x) and all(type(t) is int and 0 <= t <= MAX_TOKEN_ID for t in x)
+            )
+
+        if isinstance(p, str):
+            return valid_text(p)
+        if isinstance(p, list) and (
+            ids(p) or all(isinstance(x, str) and valid_text(x) for x in p) or all(ids(x) for x in p)
+        ):
+            return p
+        raise ValueError(
+            "prompt must be a string, a list of strings, a list of token ids (each in "
+            f"[0, {MAX_TOKEN_ID}]) or a list of such lists"
+        )
 
 
 class ChatRequest(_Common):
     messages: list[dict[str, Any]] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=INT32_MAX)
-    logprobs: Literal[False] = False
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
 
     @field_validator("messages")
     @classmethod
@@ -94,8 +226,37 @@ class ChatRequest(_Common):
             chat_message(m)  # raises ValueError with a readable message
         return messages
 
+    def check_supported(self) -> None:
+        super().check_supported()
+        if self.tools and self.tool_choice != "none":
+            raise APIError.of(ErrorCode.BAD_REQUEST, "tools are not supported by this server", param="tools")
+        if self.top_logprobs is not None and not self.logprobs:
+            raise APIError.of(
+                ErrorCode.BAD_REQUEST, "top_logprobs needs logprobs: true", param="top_logprobs"
+            )
+
+    def logprobs_k(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
+
     def chat_messages(self) -> list[ChatMessage]:
         return [chat_message(m) for m in self.messages]
+
+
+def check_processors(params: SamplingParams) -> None:
+    """400 for a logits processor or output the engine does not honour yet, by name."""
+    asked = {
+        "presence_penalty": params.presence_penalty != 0.0,
+        "frequency_penalty": params.frequency_penalty != 0.0,
+        "repetition_penalty": params.repetition_penalty != 1.0,
+        "logit_bias": bool(params.logit_bias),
+        "min_tokens": params.min_tokens > 0,
+        "logprobs": params.logprobs is not None,
+    }
+    for name, on in asked.items():
+        if on and name not in ENGINE_PROCESSORS:
+            raise APIError.of(
+                ErrorCode.BAD_REQUEST, f"{name} is not supported by this server yet", param=name
+            )
 
 
 def chat_message(m: dict[str, Any]) -> ChatMessage:
@@ -109,62 +270,3 @@ def chat_message(m: dict[str, Any]) -> ChatMessage:
     if role not in ("system", "user", "assistant") or not isinstance(content, str):
         raise ValueError("each message needs a role (system, user, assistant) and text content")
     return ChatMessage.model_validate({"role": role, "content": content})
-
-
-def usage(final: FinishEvent) -> dict[str, int]:
-    return {
-        "prompt_tokens": final.prompt_tokens,
-        "completion_tokens": final.completion_tokens,
-        "total_tokens": final.prompt_tokens + final.completion_tokens,
-    }
-
-
-class ResponseBuilder:
-    """Builds the response or stream chunks of one completion (text or chat)."""
-
-    def __init__(self, chat: bool, job_id: str, model: str, include_usage: bool = False) -> None:
-        self.chat = chat
-        self.id = ("chatcmpl-" if chat else "cmpl-") + job_id
-        self.model = model
-        self.created = int(time.time())
-        self.include_usage = include_usage
-        self._sent_role = False
-
-    def _envelope(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "object": obj,
-            "created": self.created,
-            "model": self.model,
-            "choices": choices,
-        }
-
-    def full(self, final: FinishEvent) -> dict[str, Any]:
-        choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": final.finish_reason}
-        if self.chat:
-            choice["message"] = {"role": "assistant", "content": final.text}
-        else:
-            choice["text"] = final.text
-        body = self._envelope("chat.completion" if self.chat else "text_completion", [choice])
-        body["usage"] = usage(final)
-        return body
-
-    def chunk(self, text: str, finish_reason: str | None = None) -> dict[str, Any]:
-        choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish_reason}
-        if self.chat:
-            delta: dict[str, Any] = {} if finish_reason and not text else {"content": text}
-            if not self._sent_role:
-                delta["role"] = "assistant"
-                self._sent_role = True
-            choice["delta"] = delta
-        else:
-            choice["text"] = text
-        body = self._envelope("chat.completion.chunk" if self.chat else "text_completion", [choice])
-        if self.include_usage:
-            body["usage"] = None
-        return body
-
-    def usage_chunk(self, final: FinishEvent) -> dict[str, Any]:
-        body = self._envelope("chat.completion.chunk" if self.chat else "text_completion", [])
-        body["usage"] = usage(final)
-        return body

@@ -9,35 +9,90 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Body, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from redis.exceptions import RedisError
 
-from gateway import sse
+from gateway import listing, sse
 from gateway.auth import owner
 from gateway.errors import APIError, from_validation, store_down
 from gateway.ids import client_job_id, fingerprint, idempotent_job_id, job_not_found, new_job_id, valid_job_id
-from gateway.store import JobStore, valid_event_id
+from gateway.openai_schema import check_processors
+from gateway.store import JobStore, Submitted, valid_event_id
 from gateway.submission import capacity, fit_max_tokens
 from shared.errors import ErrorCode
+from shared.jobs import JobStatus
 from shared.schemas import INT32_MAX, ChatMessage, JobRequest, SamplingParams
 
 router = APIRouter()
 REPLAYED_HEADER = "Idempotent-Replayed"
 
 
+# OpenAI's sampling names, accepted at the top level as well as in ``params`` (which wins).
+TOP_LEVEL_PARAMS = (
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "stop",
+    "ignore_eos",
+    "min_tokens",
+    "stop_token_ids",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "logit_bias",
+)
+MAX_JOBS_PER_SUBMIT = 256
+
+
 class JobSubmission(BaseModel):
-    """Exactly one of prompt, prompt_token_ids, messages; ``id`` optionally names the job."""
+    """Exactly one of prompt, prompt_token_ids, messages; ``id`` optionally names the job.
+    Unknown fields are a 400 here (this API is Nightjar's own: a typo should not pass)."""
 
     model_config = ConfigDict(extra="forbid")
     id: str | None = None
+    model: str | None = Field(default=None, max_length=256)
     prompt: str | None = None
     prompt_token_ids: list[int] | None = None
     messages: list[ChatMessage] | None = None
-    params: SamplingParams = Field(default_factory=SamplingParams)
+    params: dict[str, Any] = Field(default_factory=dict)
     priority: int = Field(default=0, ge=-INT32_MAX, le=INT32_MAX)
+    metadata: dict[str, str] = Field(default_factory=dict)
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    ignore_eos: bool | None = None
+    min_tokens: int | None = None
+    stop_token_ids: list[int] | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+
+    def sampling(self) -> SamplingParams:
+        """``params`` over the top-level OpenAI names; the job API's defaults otherwise."""
+        top: dict[str, Any] = {k: getattr(self, k) for k in TOP_LEVEL_PARAMS if getattr(self, k) is not None}
+        if self.max_completion_tokens is not None:
+            top.setdefault("max_tokens", self.max_completion_tokens)
+        if isinstance(top.get("stop"), str):
+            top["stop"] = [top["stop"]]
+        try:
+            return SamplingParams.model_validate({**top, **self.params})
+        except ValidationError as exc:
+            err = from_validation(exc)
+            if err.param and not any(err.param.startswith(k) for k in top if k not in self.params):
+                err.param = f"params.{err.param}"
+                err.message = f"params.{err.message}"
+            raise err from None
 
 
 def _store(request: Request) -> JobStore:
@@ -56,28 +111,79 @@ def chosen_job_id(request: Request, given: str | None, idempotency_key: str | No
 
 @router.post("/v1/jobs", status_code=202, response_model=None)
 async def submit(
-    body: JobSubmission,
+    raw: Annotated[Any, Body()],
     request: Request,
     idempotency_key: str | None = Header(default=None, alias="Idempotency-Key"),
 ) -> Response:
+    """One job (202 ``{"id", "status"}``) or a list (202 ``{"object": "list", "data"}``, in
+    order; with an Idempotency-Key, job i's id derives from the key and i)."""
+    try:
+        body = (
+            [JobSubmission.model_validate(x) for x in raw]
+            if isinstance(raw, list)
+            else JobSubmission.model_validate(raw)
+        )
+    except ValidationError as exc:
+        raise from_validation(exc) from None
+    if isinstance(body, JobSubmission):
+        got = await _submit_one(request, body, idempotency_key)
+        headers = {REPLAYED_HEADER: "true"} if not got.created else {}
+        return JSONResponse({"id": got.job_id, "status": got.status}, status_code=202, headers=headers)
+    if not 1 <= len(body) <= MAX_JOBS_PER_SUBMIT:
+        raise APIError.of(
+            ErrorCode.BAD_REQUEST, f"submit 1 to {MAX_JOBS_PER_SUBMIT} jobs at a time", param="body"
+        )
+    data = []
+    for i, one in enumerate(body):
+        key = None if idempotency_key is None else f"{idempotency_key}\n{i}"
+        got = await _submit_one(request, one, key)
+        data.append({"id": got.job_id, "status": got.status})
+    return JSONResponse({"object": "list", "data": data}, status_code=202)
+
+
+async def _submit_one(request: Request, body: JobSubmission, idempotency_key: str | None) -> Submitted:
     store = _store(request)
     job_id, stable = chosen_job_id(request, body.id, idempotency_key)
-    cap = await capacity(store, job_id if stable else None)
+    cap = await capacity(store, job_id if stable else None, body.model)
+    params = body.sampling()
     prompt_tokens = len(body.prompt_token_ids) if body.prompt_token_ids is not None else None
-    explicit = "max_tokens" in body.params.model_fields_set
-    max_tokens = fit_max_tokens(cap, body.params.max_tokens, explicit, prompt_tokens)
-    fields = body.model_dump(exclude={"id"})
-    fields["params"] = body.params.model_copy(update={"max_tokens": max_tokens})
+    explicit = "max_tokens" in params.model_fields_set
+    max_tokens = fit_max_tokens(cap, params.max_tokens, explicit, prompt_tokens)
     try:
-        job = JobRequest(job_id=job_id, **fields)
+        job = JobRequest(
+            job_id=job_id,
+            model=cap.model,
+            prompt=body.prompt,
+            prompt_token_ids=body.prompt_token_ids,
+            messages=body.messages,
+            params=params.model_copy(update={"max_tokens": max_tokens}),
+            priority=body.priority,
+            metadata=body.metadata,
+        )
     except ValidationError as exc:
         raise from_validation(exc) from None
     except ValueError as exc:
         raise APIError.of(ErrorCode.BAD_REQUEST, str(exc)) from None
+    check_processors(params)
     fp = fingerprint("jobs", body.model_dump(mode="json", exclude={"id"}))
-    got = await store.submit(job, owner=owner(request), fingerprint=fp)
-    headers = {REPLAYED_HEADER: "true"} if not got.created else {}
-    return JSONResponse({"id": got.job_id, "status": got.status}, status_code=202, headers=headers)
+    return await store.submit(job, owner=owner(request), fingerprint=fp)
+
+
+@router.get("/v1/jobs")
+async def list_jobs(
+    request: Request,
+    status: str | None = Query(default=None, max_length=32),
+    limit: int = Query(default=20, ge=1, le=100),
+    after: str | None = Query(default=None, max_length=128),
+) -> dict[str, Any]:
+    """The caller's jobs, newest first; ``after`` (a job id from the last page) continues."""
+    if status is not None and status not in {s.value for s in JobStatus}:
+        raise APIError.of(
+            ErrorCode.BAD_REQUEST,
+            f"status must be one of {', '.join(s.value for s in JobStatus)}",
+            param="status",
+        )
+    return await listing.jobs_page(_store(request), owner(request), status, limit, after)
 
 
 @router.get("/v1/jobs/{job_id}")

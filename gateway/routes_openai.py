@@ -1,4 +1,7 @@
-"""OpenAI-compatible routes: /v1/completions, /v1/chat/completions, /v1/models.
+"""OpenAI-compatible routes: /v1/completions, /v1/chat/completions, /v1/models[/{id}].
+
+Each choice is one job on the model's stream: ``n`` choices per prompt (choice k samples
+from seed + k), a list of prompts on /v1/completions (choices in prompt order).
 
 An ``Idempotency-Key`` header makes a retried request follow the job the first attempt made
 (its result, or its stream from the start) instead of running a second one.
@@ -12,16 +15,17 @@ from fastapi import APIRouter, Header, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 
-from gateway import follow
+from gateway import fanout, follow
 from gateway.auth import owner
 from gateway.errors import APIError, from_validation
 from gateway.ids import fingerprint, idempotent_job_id, new_job_id
-from gateway.openai_schema import ChatRequest, CompletionRequest, ResponseBuilder
+from gateway.openai_schema import MAX_N, ChatRequest, CompletionRequest
+from gateway.responses import ResponseBuilder
 from gateway.settings import GatewaySettings
 from gateway.store import JobStore
-from gateway.submission import capacity, fit_max_tokens
+from gateway.submission import capacity, fit_max_tokens, model_not_found
 from shared.errors import ErrorCode
-from shared.schemas import JobRequest
+from shared.schemas import JobRequest, WorkerInfo
 
 router = APIRouter()
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -43,18 +47,22 @@ async def completions(
     request: Request,
     idempotency_key: str | None = Header(default=None, alias="Idempotency-Key"),
 ) -> Response:
-    inputs = body.prompt_input()
-    ids = inputs.get("prompt_token_ids")
+    body.check_supported()
+    prompts = body.prompt_inputs()
+    if body.echo and any("prompt" not in p for p in prompts):
+        raise APIError.of(
+            ErrorCode.BAD_REQUEST, "echo needs text prompts (this gateway has no tokenizer)", param="echo"
+        )
     explicit = body.max_tokens is not None
     return await _serve(
         request,
         "completions",
         body,
-        inputs,
+        prompts,
         body.max_tokens or COMPLETIONS_DEFAULT_MAX_TOKENS,
         explicit,
-        len(ids) if ids is not None else None,
         idempotency_key,
+        echo=body.echo,
     )
 
 
@@ -64,54 +72,128 @@ async def chat_completions(
     request: Request,
     idempotency_key: str | None = Header(default=None, alias="Idempotency-Key"),
 ) -> Response:
+    body.check_supported()
     given = body.max_completion_tokens or body.max_tokens
     max_tokens = given or _settings(request).default_max_tokens
-    inputs = {"messages": body.chat_messages()}
-    return await _serve(request, "chat", body, inputs, max_tokens, given is not None, None, idempotency_key)
+    inputs = [{"messages": body.chat_messages()}]
+    return await _serve(request, "chat", body, inputs, max_tokens, given is not None, idempotency_key)
+
+
+def _model_card(name: str, workers: list[WorkerInfo]) -> dict[str, Any]:
+    lens = [w.max_model_len for w in workers if w.max_model_len > 0]
+    return {
+        "id": name,
+        "object": "model",
+        "created": int(min(w.started_at for w in workers)),
+        "owned_by": "nightjar",
+        "root": name,
+        "parent": None,
+        "max_model_len": min(lens) if lens else None,
+    }
+
+
+async def _served(request: Request) -> dict[str, list[WorkerInfo]]:
+    by_model: dict[str, list[WorkerInfo]] = {}
+    for w in await _store(request).workers(_settings(request).worker_timeout_s):
+        by_model.setdefault(w.model, []).append(w)
+    return by_model
 
 
 @router.get("/v1/models")
 async def models(request: Request) -> dict[str, Any]:
-    workers = await _store(request).workers(_settings(request).worker_timeout_s)
-    served: dict[str, float] = {}
-    for w in workers:
-        served[w.model] = min(served.get(w.model, w.started_at), w.started_at)
-    data = [
-        {"id": name, "object": "model", "created": int(ts), "owned_by": "nightjar"}
-        for name, ts in sorted(served.items())
-    ]
-    return {"object": "list", "data": data}
+    """Models with at least one live worker, with their context (``max_model_len``)."""
+    served = await _served(request)
+    return {"object": "list", "data": [_model_card(n, ws) for n, ws in sorted(served.items())]}
+
+
+@router.get("/v1/models/{model_id:path}")
+async def model(model_id: str, request: Request) -> dict[str, Any]:
+    workers = (await _served(request)).get(model_id)
+    if not workers:
+        raise model_not_found(model_id)
+    return _model_card(model_id, workers)
+
+
+def _choice_ids(base: str, count: int) -> list[str]:
+    return [base] if count == 1 else [f"{base}-{k}" for k in range(count)]
+
+
+def _choice_seed(seed: int | None, k: int) -> int | None:
+    """Choice k of a prompt samples from seed + k (choice 0 keeps the request's seed)."""
+    return None if seed is None else (seed + k) % (2**63)
 
 
 async def _serve(
     request: Request,
     route: str,
     body: CompletionRequest | ChatRequest,
-    inputs: dict[str, Any],
+    prompts: list[dict[str, Any]],
     max_tokens: int,
     explicit: bool,
-    prompt_tokens: int | None,
     idempotency_key: str | None,
+    *,
+    echo: bool = False,
 ) -> Response:
     store = _store(request)
     who = owner(request)
     stable_id = idempotent_job_id(who, idempotency_key)
-    job_id = stable_id or new_job_id()
-    cap = await capacity(store, stable_id)
-    max_tokens = fit_max_tokens(cap, max_tokens, explicit, prompt_tokens)
-    job = _job(job_id, inputs, body.sampling(max_tokens), body.priority)
+    base = stable_id or new_job_id()
+    count = len(prompts) * body.n
+    if count > MAX_N:
+        raise APIError.of(
+            ErrorCode.BAD_REQUEST, f"n × prompts is {count}; at most {MAX_N} choices per request", param="n"
+        )
+    job_ids = _choice_ids(base, count)
+    cap = await capacity(store, job_ids[0] if stable_id else None, body.model)
     # The stream flag is how the answer is delivered, not what is asked: a retry may differ.
     fp = fingerprint(route, body.model_dump(mode="json", exclude={"stream", "stream_options"}))
-    await store.submit(job, owner=who, fingerprint=fp)
-    out = ResponseBuilder(route == "chat", job.job_id, body.model or "nightjar", body.include_usage)
-    if body.stream:
-        return await follow.stream(request, store, job.job_id, out)
-    return await follow.complete(request, store, job.job_id, out)
-
-
-def _job(job_id: str, inputs: dict[str, Any], params: Any, priority: int) -> JobRequest:
+    jobs: list[JobRequest] = []
+    for p, inputs in enumerate(prompts):
+        ids = inputs.get("prompt_token_ids")
+        fitted = fit_max_tokens(cap, max_tokens, explicit, len(ids) if ids is not None else None)
+        for k in range(body.n):
+            params = body.sampling(fitted, _choice_seed(body.seed, k))
+            job_id = job_ids[p * body.n + k]
+            jobs.append(_job(job_id, cap.model, inputs, params, body.priority, body.metadata))
+    submitted: list[str] = []
     try:
-        return JobRequest(job_id=job_id, params=params, priority=priority, **inputs)
+        for i, job in enumerate(jobs):
+            await store.submit(job, owner=who, fingerprint=fp if i == 0 else f"{fp}:{i}")
+            submitted.append(job.job_id)
+    except BaseException:
+        for job_id in submitted:  # all or nothing: the choices admitted so far are withdrawn
+            await follow.cancel_quietly(store, job_id)
+        raise
+    out = ResponseBuilder(
+        route == "chat",
+        base,
+        cap.model,
+        body.include_usage,
+        continuous_usage=body.continuous_usage,
+        prompt_of=[i // body.n for i in range(count)],
+        echo=[str(p.get("prompt", "")) for p in prompts for _ in range(body.n)] if echo else None,
+    )
+    if count > 1:
+        if body.stream:
+            return await fanout.stream(request, store, job_ids, out)
+        return await fanout.complete(request, store, job_ids, out)
+    if body.stream:
+        return await follow.stream(request, store, job_ids[0], out)
+    return await follow.complete(request, store, job_ids[0], out)
+
+
+def _job(
+    job_id: str,
+    model: str,
+    inputs: dict[str, Any],
+    params: Any,
+    priority: int,
+    metadata: dict[str, str] | None,
+) -> JobRequest:
+    try:
+        return JobRequest(
+            job_id=job_id, model=model, params=params, priority=priority, metadata=metadata or {}, **inputs
+        )
     except ValidationError as exc:
         err = from_validation(exc)
         if err.param and err.param.startswith("prompt_token_ids"):

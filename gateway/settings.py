@@ -13,6 +13,7 @@ class GatewaySettings:
     max_queue: int = 1000  # reject new jobs (429) while this many are waiting or running
     admin_token: str | None = None  # bearer token of /admin routes; None disables them (503)
     default_max_tokens: int = 256  # chat completions without max_tokens
+    default_model: str = ""  # requests naming no model while no worker is live (require_worker off)
     keepalive_s: float = 15.0  # SSE comment lines while a job is quiet
     worker_timeout_s: float = 15.0  # a worker silent this long is not live (/v1/models, readiness)
     # Security: API keys of the /v1 routes (empty: open, with a warning at start).

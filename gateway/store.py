@@ -7,9 +7,12 @@ are unknown jobs too, without a Redis lookup.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +20,7 @@ from typing import Any
 import anyio
 import redis.asyncio as aioredis
 
-from gateway.admission import OWNER, Admission
+from gateway.admission import METADATA, MODEL, OWNER, Admission
 from gateway.errors import APIError
 from gateway.ids import job_not_found, valid_job_id
 from gateway.settings import GatewaySettings
@@ -28,6 +31,7 @@ from shared.streams import entries, group_load, id_str
 
 CANCEL_MAXLEN = 10_000  # cancellations are only read live; a short history suffices
 WORKERS_CACHE_S = 1.0  # how long a read of the worker registry answers admission checks
+MODEL_CACHE = 100_000  # job id -> model entries remembered (a job never changes model)
 _ENTRY_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
 
 
@@ -60,11 +64,53 @@ class JobStore:
         self.max_queue = settings.max_queue
         self._admission = Admission(r)
         self._workers: tuple[float, list[WorkerInfo]] = (0.0, [])
+        self._models: OrderedDict[str, str] = OrderedDict()
 
-    async def queue_load(self) -> int:
-        """Jobs on the stream not yet acknowledged: running plus waiting for a worker."""
-        pending, lag = await group_load(self.r, keys.JOBS_STREAM, keys.JOBS_GROUP)
-        return pending + lag
+    async def queue_load(self, model: str | None = None) -> int:
+        """Jobs on a model's stream (every live model's when None) not yet acknowledged:
+        running plus waiting for a worker."""
+        models = [model] if model is not None else sorted({w.model for w in await self.workers(60.0)})
+        total = 0
+        for m in models:
+            pending, lag = await group_load(self.r, keys.jobs_stream(m), keys.JOBS_GROUP)
+            total += pending + lag
+        return total
+
+    def _remember(self, job_id: str, model: str) -> None:
+        self._models[job_id] = model
+        self._models.move_to_end(job_id)
+        if len(self._models) > MODEL_CACHE:
+            self._models.popitem(last=False)
+
+    async def model_of(self, job_id: str) -> str | None:
+        """The model whose keys hold the job (None: unknown or expired)."""
+        if not valid_job_id(job_id):
+            return None
+        got = self._models.get(job_id)
+        if got is not None:
+            return got
+        raw = await self.r.get(keys.job_model(job_id))
+        if raw is None:
+            return None
+        model = str(_text(raw))
+        self._remember(job_id, model)
+        return model
+
+    async def _claim_id(self, job: JobRequest) -> None:
+        """Bind the job id to its model (``keys.job_model``) before admission; an id bound
+        to another model is a 409. Never undone: a binding whose job was refused points at
+        no job (an unknown job) and expires with the record's TTL."""
+        ttl = max(1, int(self.settings.result_ttl_s))
+        ref = keys.job_model(job.job_id)
+        if not await self.r.set(ref, job.model.encode(), nx=True, ex=ttl):
+            bound = _text(await self.r.get(ref))
+            if bound is not None and bound != job.model:
+                raise APIError.of(
+                    ErrorCode.CONFLICT,
+                    f"job id {job.job_id} (or its Idempotency-Key) is already used for another model",
+                    param="id",
+                )
+        self._remember(job.job_id, job.model)
 
     async def submit(self, job: JobRequest, *, owner: str, fingerprint: str) -> Submitted:
         """Enqueue ``job`` atomically (429 past the backlog limit); an unseeded sampling job
@@ -75,6 +121,7 @@ class JobStore:
             job = job.model_copy(
                 update={"params": job.params.model_copy(update={"seed": secrets.randbits(63)})}
             )
+        await self._claim_id(job)
         got = await self._admission.submit(
             job,
             max_queue=self.max_queue,
@@ -94,12 +141,25 @@ class JobStore:
                     param="id",
                 )
             return Submitted(job.job_id, created=False, status=got.status)
+        await self._index(job, owner)
         return Submitted(job.job_id, created=True, status=jobs.JobStatus.QUEUED.value)
 
+    async def _index(self, job: JobRequest, owner: str) -> None:
+        """The owner's job list (``GET /v1/jobs``): a sorted set by submit time, trimmed to
+        the record TTL (its own slot: written after admission, not in the script)."""
+        ttl = max(1, int(self.settings.result_ttl_s))
+        key = keys.owner_jobs(owner)
+        async with self.r.pipeline(transaction=False) as pipe:
+            pipe.zadd(key, {job.job_id: job.created_at})
+            pipe.zremrangebyscore(key, "-inf", f"({time.time() - ttl}")
+            pipe.expire(key, ttl)
+            await pipe.execute()
+
     async def _fields(self, job_id: str, owner: str) -> dict[str, Any]:
-        if not valid_job_id(job_id):
+        model = await self.model_of(job_id)
+        if model is None:
             raise job_not_found(job_id)
-        raw = await self.r.hgetall(keys.job_key(job_id))
+        raw = await self.r.hgetall(keys.job_key(model, job_id))
         fields = {str(_text(k)): v for k, v in raw.items()}
         if not fields or _text(fields.get(OWNER, b"")) != owner:
             raise job_not_found(job_id)
@@ -110,6 +170,10 @@ class JobStore:
         fields = await self._fields(job_id, owner)
         out: dict[str, Any] = {
             "id": job_id,
+            "object": "job",
+            "model": _text(fields.get(MODEL)),
+            "created_at": _float(fields.get(jobs.CREATED_AT)),
+            "metadata": _metadata(fields.get(METADATA)),
             "status": _text(fields.get(jobs.STATUS)),
             "attempts": int(fields.get(jobs.ATTEMPTS, 0)),
             "worker": _text(fields.get(jobs.WORKER)),
@@ -126,7 +190,10 @@ class JobStore:
 
     async def _ended(self, job_id: str) -> bool:
         """The job is over (terminal status) or gone (expired): no event will come."""
-        raw = await self.r.hget(keys.job_key(job_id), jobs.STATUS)
+        model = await self.model_of(job_id)
+        if model is None:
+            return True
+        raw = await self.r.hget(keys.job_key(model, job_id), jobs.STATUS)
         try:
             status = jobs.status_of(raw)
         except ValueError:
@@ -143,7 +210,10 @@ class JobStore:
         Ends without a final event when the job is over and nothing is left after ``after``
         (a Last-Event-ID past the end), so no stream of a finished job runs forever.
         """
-        stream = keys.job_events(job_id)
+        model = await self.model_of(job_id)
+        if model is None:
+            return
+        stream = keys.job_events(model, job_id)
         ended = await self._ended(job_id)
         while True:
             block: int | None = None
@@ -170,6 +240,67 @@ class JobStore:
                 if isinstance(msg, FinishEvent | ErrorEvent):
                     return
 
+    async def events_many(
+        self, job_ids: list[str], block_s: float = 15.0, until: float | None = None
+    ) -> AsyncIterator[tuple[int, Message] | None]:
+        """The events of several jobs of one model (a request's choices) as they come, as
+        (choice index, event), in one XREAD over their streams; each job's stream ends with
+        its final event (from the record when the stream expired). Yields None whenever
+        ``block_s`` passes without an event, and by ``until`` at the latest."""
+        open_: dict[str, int] = {}
+        for i, j in enumerate(job_ids):
+            m = await self.model_of(j)
+            if m is None:
+                yield i, ErrorEvent(job_id=j, code=ErrorCode.JOB_NOT_FOUND.value, message=f"no job {j}")
+                continue
+            open_[keys.job_events(m, j)] = i
+        cursors = dict.fromkeys(open_, "0-0")
+        while open_:
+            wait_s = block_s if until is None else min(block_s, until - anyio.current_time())
+            resp = await self.r.xread(
+                {s: cursors[s] for s in open_}, count=256, block=max(1, int(wait_s * 1000))
+            )
+            got = _by_stream(resp)
+            if not got:
+                for stream, i in list(open_.items()):
+                    if await self._ended(job_ids[i]):
+                        # One non-blocking read more: the final event may have just landed.
+                        rest = await self.r.xrange(stream, min="(" + cursors[stream], max="+")
+                        for _, fields in rest or []:
+                            with contextlib.suppress(codec.CodecError):
+                                msg = codec.from_entry(dict(fields or {}))
+                                yield i, msg
+                                if isinstance(msg, FinishEvent | ErrorEvent):
+                                    break
+                        else:
+                            final = await self.result(job_ids[i])
+                            yield (
+                                i,
+                                final
+                                or ErrorEvent(
+                                    job_id=job_ids[i],
+                                    code=ErrorCode.INTERNAL.value,
+                                    message="the job ended without a result",
+                                ),
+                            )
+                        del open_[stream]
+                yield None
+                continue
+            for stream, items in got:
+                if stream not in open_:
+                    continue
+                i = open_[stream]
+                for entry_id, fields in items:
+                    cursors[stream] = id_str(entry_id)
+                    try:
+                        msg = codec.from_entry(fields)
+                    except codec.CodecError:
+                        continue
+                    yield i, msg
+                    if isinstance(msg, FinishEvent | ErrorEvent):
+                        del open_[stream]
+                        break
+
     async def cancel(self, job_id: str, owner: str = "") -> str:
         """Ask whichever worker has the job to stop it; returns the status afterwards."""
         fields = await self._fields(job_id, owner)
@@ -183,12 +314,15 @@ class JobStore:
         return "cancelling"
 
     async def request_cancel(self, job_id: str) -> None:
+        model = await self.model_of(job_id)
+        if model is None:
+            return
         ttl = max(1, int(self.settings.result_ttl_s))
-        async with self.r.pipeline(transaction=True) as pipe:
+        async with self.r.pipeline(transaction=True) as pipe:  # one slot: the model's tag
             # The flag covers a job not yet taken; the broadcast reaches one already running.
-            pipe.set(keys.job_cancel(job_id), b"1", ex=ttl)
+            pipe.set(keys.job_cancel(model, job_id), b"1", ex=ttl)
             pipe.xadd(
-                keys.CANCEL_STREAM,
+                keys.cancel_stream(model),
                 codec.entry(CancelRequest(job_id=job_id)),
                 maxlen=CANCEL_MAXLEN,
                 approximate=True,
@@ -218,6 +352,20 @@ class JobStore:
             self._workers = (now, cached)
         return cached
 
+    async def result(self, job_id: str) -> FinishEvent | ErrorEvent | None:
+        """The final event stored in the job record, if any."""
+        model = await self.model_of(job_id)
+        if model is None:
+            return None
+        raw = await self.r.hget(keys.job_key(model, job_id), jobs.RESULT)
+        if raw is None:
+            return None
+        try:
+            msg = codec.decode(_raw(raw))
+        except codec.CodecError:
+            return None
+        return msg if isinstance(msg, FinishEvent | ErrorEvent) else None
+
     async def latest_decision(self) -> Decision | None:
         raw = await self.r.get(keys.DECISION_LATEST)
         if raw is None:
@@ -228,9 +376,34 @@ class JobStore:
             return None
 
 
+def _by_stream(resp: Any) -> list[tuple[str, list[Any]]]:
+    """(stream name, entries) of an XREAD reply (RESP2 pairs or a RESP3 map)."""
+    if not resp:
+        return []
+    pairs = list(resp.items()) if isinstance(resp, dict) else [(name, items) for name, items in resp]
+    return [(str(_text(name)), [e for e in items if e[1] is not None]) for name, items in pairs]
+
+
 def _raw(v: bytes | str) -> bytes:
     return v if isinstance(v, bytes) else v.encode()
 
 
 def _text(v: Any) -> str | None:
     return v.decode() if isinstance(v, bytes) else v
+
+
+def _float(v: Any) -> float | None:
+    try:
+        return float(_text(v) or "")
+    except ValueError:
+        return None
+
+
+def _metadata(v: Any) -> dict[str, str]:
+    if v is None:
+        return {}
+    try:
+        got = json.loads(_text(v) or "{}")
+    except ValueError:
+        return {}
+    return got if isinstance(got, dict) else {}

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 from gateway.errors import APIError
 from gateway.store import JobStore
-from shared import keys
 from shared.errors import ErrorCode
 
 NO_WORKER_RETRY_AFTER_S = 5
@@ -34,23 +33,61 @@ def context_length_message(max_model_len: int, prompt_tokens: int, completion_to
 
 @dataclass(frozen=True)
 class Capacity:
+    model: str  # the served model the job goes to
     max_model_len: int  # 0: not known (no worker reports it)
 
 
-async def capacity(store: JobStore, job_id: str | None) -> Capacity:
-    """Serving workers' context, or 503 when none serves (unless ``job_id`` already exists:
-    a retry gets its job back whatever the workers do)."""
+def model_not_found(model: str) -> APIError:
+    return APIError.of(ErrorCode.MODEL_NOT_FOUND, f"The model `{model}` does not exist.", param="model")
+
+
+async def capacity(store: JobStore, job_id: str | None, requested: str | None = None) -> Capacity:
+    """Which model serves the request, and its context (the smallest ``max_model_len`` of
+    its serving workers).
+
+    ``requested`` names a served model, or is omitted: then the only model served (400 when
+    several are). A model no live worker serves is a 404 ``model_not_found``; while no
+    worker at all is live it is a 503 (unless ``job_id`` already exists: a retry gets its
+    job back whatever the workers do; or ``require_worker`` is off: the job waits for the
+    model's first worker).
+    """
     serving = await store.serving_workers()
-    if not serving and store.settings.require_worker:
-        if job_id is not None and await store.r.exists(keys.job_key(job_id)):
-            return Capacity(0)
+    lens: dict[str, list[int]] = {}
+    for w in serving:
+        lens.setdefault(w.model, []).append(w.max_model_len)
+    if job_id is not None and (bound := await store.model_of(job_id)) is not None:
+        if requested and requested != bound:
+            raise APIError.of(
+                ErrorCode.CONFLICT, f"job id {job_id} is already used for another model", param="model"
+            )
+        if bound not in lens:
+            return Capacity(bound, 0)
+    live = {w.model for w in await store.workers(store.settings.worker_timeout_s)}
+    name = requested or ""
+    if not name:
+        choices = sorted(lens) or sorted(live)
+        if len(choices) > 1:
+            raise APIError.of(
+                ErrorCode.BAD_REQUEST,
+                f"model is required: this server serves {', '.join(choices)}",
+                param="model",
+            )
+        name = choices[0] if choices else store.settings.default_model
+    if name in lens:
+        known = [n for n in lens[name] if n > 0]
+        return Capacity(name, min(known) if known else 0)
+    if store.settings.require_worker and (name in live or not live):
+        # Its workers are all draining (it exists, takes no new jobs now), or none is live.
         raise APIError.of(
             ErrorCode.UNAVAILABLE,
             "no worker is available to run the request; retry shortly",
             retry_after=NO_WORKER_RETRY_AFTER_S,
         )
-    lens = [w.max_model_len for w in serving if w.max_model_len > 0]
-    return Capacity(min(lens) if lens else 0)
+    if not name:
+        raise APIError.of(ErrorCode.BAD_REQUEST, "model is required", param="model")
+    if live and name not in live:
+        raise model_not_found(name)
+    return Capacity(name, 0)  # require_worker off and no worker yet: the job waits for one
 
 
 def fit_max_tokens(cap: Capacity, max_tokens: int, explicit: bool, prompt_tokens: int | None) -> int:

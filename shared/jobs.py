@@ -48,20 +48,29 @@ def terminal_status(event: FinishEvent | ErrorEvent) -> JobStatus:
 
 
 def add_events(
-    pipe: aioredis.client.Pipeline, job_id: str, events: list[JobEvent], ttl_s: int = keys.JOB_TTL_S
+    pipe: aioredis.client.Pipeline,
+    job_id: str,
+    events: list[JobEvent],
+    ttl_s: int = keys.JOB_TTL_S,
+    *,
+    model: str,
 ) -> None:
     """Queue XADDs of ``events`` on the job's stream (and renew its TTL) in ``pipe``."""
-    stream = keys.job_events(job_id)
+    stream = keys.job_events(model, job_id)
     for ev in events:
         pipe.xadd(stream, codec.entry(ev))
     pipe.expire(stream, ttl_s)
 
 
 def add_result(
-    pipe: aioredis.client.Pipeline, event: FinishEvent | ErrorEvent, ttl_s: int = keys.JOB_TTL_S
+    pipe: aioredis.client.Pipeline,
+    event: FinishEvent | ErrorEvent,
+    ttl_s: int = keys.JOB_TTL_S,
+    *,
+    model: str,
 ) -> None:
     """Queue the final event on the job's stream and in its hash, in ``pipe``."""
-    add_events(pipe, event.job_id, [event], ttl_s)
-    key = keys.job_key(event.job_id)
+    add_events(pipe, event.job_id, [event], ttl_s, model=model)
+    key = keys.job_key(model, event.job_id)
     pipe.hset(key, mapping={STATUS: terminal_status(event).value, RESULT: codec.encode(event)})
     pipe.expire(key, ttl_s)

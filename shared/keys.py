@@ -1,20 +1,77 @@
 """Every Redis stream, group and key name in one place.
 
 All names share the ``nj:`` prefix so a deployment can share a Redis with other programs.
+Names of one model's queue and jobs carry the model's hash tag (Redis Cluster slots).
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
+
 PREFIX = "nj:"
 
-# Job intake: the gateway XADDs, workers read through one consumer group.
-JOBS_STREAM = PREFIX + "jobs"
+# Job intake is per model: the gateway XADDs a job to its model's stream, that model's
+# workers read it through one consumer group. Everything one Lua script or transaction
+# touches — a model's job stream, dead letters and cancel stream, a job's hash, events and
+# cancel flag — carries the model's hash tag ``{tag}``, so on Redis Cluster it lives in one
+# slot (docs/scaling.md).
 JOBS_GROUP = "workers"
-DEAD_LETTER_STREAM = PREFIX + "jobs:dead"
 DEAD_LETTER_MAXLEN = 10_000  # MAXLEN ~: operators read the recent ones
+_SAFE_TAG = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
-# Cancellation is broadcast: every worker reads the whole stream from "$".
-CANCEL_STREAM = PREFIX + "cancel"
+
+def model_tag(model: str) -> str:
+    """The hash tag of a model's keys: its name when short and plain, else a digest (a tag
+    must not hold braces, and a key stays readable)."""
+    if _SAFE_TAG.match(model):
+        return model
+    return "m-" + hashlib.sha256(model.encode()).hexdigest()[:24]
+
+
+def _q(model: str) -> str:
+    return f"{PREFIX}{{{model_tag(model)}}}:"
+
+
+def jobs_stream(model: str) -> str:
+    """The model's job stream (group ``JOBS_GROUP``)."""
+    return _q(model) + "jobs"
+
+
+def dead_letter_stream(model: str) -> str:
+    """The model's dead letters: malformed entries and jobs started too often."""
+    return _q(model) + "jobs:dead"
+
+
+def cancel_stream(model: str) -> str:
+    """Cancellations broadcast to the model's workers (each reads it from its start time)."""
+    return _q(model) + "cancel"
+
+
+def job_key(model: str, job_id: str) -> str:
+    """Hash with the job's status, result and bookkeeping."""
+    return f"{_q(model)}job:{job_id}"
+
+
+def job_events(model: str, job_id: str) -> str:
+    """Stream of the job's start / token / finish / error events."""
+    return f"{_q(model)}job:{job_id}:events"
+
+
+def job_cancel(model: str, job_id: str) -> str:
+    """Set when a client cancels the job, so a worker that picks it up later skips it."""
+    return f"{_q(model)}job:{job_id}:cancel"
+
+
+def job_model(job_id: str) -> str:
+    """Which model's keys hold the job (the gateway's lookup from a bare job id)."""
+    return f"{PREFIX}jobmodel:{job_id}"
+
+
+def owner_jobs(owner: str) -> str:
+    """Sorted set of an owner's job ids, scored by submit time (``GET /v1/jobs``)."""
+    return f"{PREFIX}owner:{owner or '-'}:jobs"
+
 
 # Telemetry: workers XADD (MAXLEN ~), the planner reads through its group.
 TELEMETRY_STREAM = PREFIX + "telemetry"
@@ -38,17 +95,3 @@ WORKERS = PREFIX + "workers"
 
 JOB_TTL_S = 24 * 3600  # job status, result and event stream live this long after the last write
 
-
-def job_key(job_id: str) -> str:
-    """Hash with the job's status, result and bookkeeping."""
-    return f"{PREFIX}job:{job_id}"
-
-
-def job_events(job_id: str) -> str:
-    """Stream of the job's start / token / finish / error events."""
-    return f"{PREFIX}job:{job_id}:events"
-
-
-def job_cancel(job_id: str) -> str:
-    """Set when a client cancels the job, so a worker that picks it up later skips it."""
-    return f"{PREFIX}job:{job_id}:cancel"

@@ -32,6 +32,7 @@ INT32_MAX = 2**31 - 1
 TEMPERATURE_FLOOR = 1e-4  # 0 < temperature < this is raised to it: float32 must not round it to 0
 MAX_TOKEN_ID = INT32_MAX
 JOB_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"  # never ':' or braces: ids become parts of Redis keys
+MAX_MODEL_NAME = 256
 
 
 def valid_text(v: str) -> str:
@@ -41,6 +42,10 @@ def valid_text(v: str) -> str:
     except UnicodeEncodeError:
         raise ValueError("text must be valid Unicode (no lone surrogates)") from None
     return v
+
+
+TokenId = Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]
+Bias = Annotated[float, Field(ge=-100.0, le=100.0, allow_inf_nan=False)]
 
 
 class SamplingParams(BaseModel):
@@ -56,6 +61,15 @@ class SamplingParams(BaseModel):
     seed: int | None = Field(default=None, ge=0, lt=2**63)
     stop: list[str] = Field(default_factory=list, max_length=16)
     ignore_eos: bool = False
+    # OpenAI's and vLLM's processors over the target's logits (the engine applies them before
+    # verification, so speculative output equals the target's own under the same processors).
+    min_tokens: int = Field(default=0, ge=0, le=32768)  # EOS and stop_token_ids masked before this
+    stop_token_ids: list[TokenId] = Field(default_factory=list, max_length=256)
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0, allow_inf_nan=False)
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0, allow_inf_nan=False)
+    repetition_penalty: float = Field(default=1.0, gt=0.0, le=10.0, allow_inf_nan=False)
+    logit_bias: dict[TokenId, Bias] = Field(default_factory=dict, max_length=1024)
+    logprobs: int | None = Field(default=None, ge=0, le=20)  # None: none; k: the sampled token's and top k
 
     @field_validator("temperature")
     @classmethod
@@ -77,6 +91,17 @@ class SamplingParams(BaseModel):
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
+    @property
+    def processed(self) -> bool:
+        """Any logits processor beyond temperature / top-k / top-p is asked for."""
+        return bool(
+            self.min_tokens
+            or self.presence_penalty
+            or self.frequency_penalty
+            or self.repetition_penalty != 1.0
+            or self.logit_bias
+        )
+
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -95,6 +120,7 @@ class JobRequest(Message):
     kind: ClassVar[str] = "job"
 
     job_id: str = Field(min_length=1, max_length=128, pattern=JOB_ID_PATTERN)
+    model: str = Field(default="", max_length=MAX_MODEL_NAME)  # the served model name ("" before routing)
     prompt: str | None = None
     prompt_token_ids: list[Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]] | None = None
     messages: list[ChatMessage] | None = None  # chat: the worker applies the model's template
@@ -102,6 +128,17 @@ class JobRequest(Message):
     priority: int = Field(default=0, ge=-INT32_MAX, le=INT32_MAX)  # lower runs first; FCFS within one
     created_at: float = Field(default_factory=time.time, allow_inf_nan=False)
     request_id: str | None = Field(default=None, max_length=128, pattern=r"^[!-~]+$")  # its X-Request-Id
+    metadata: dict[str, str] = Field(default_factory=dict, max_length=16)  # the client's, returned as given
+
+    @field_validator("metadata")
+    @classmethod
+    def _valid_metadata(cls, v: dict[str, str]) -> dict[str, str]:
+        for k, x in v.items():
+            if len(k) > 64 or len(x) > 512:
+                raise ValueError("metadata keys are at most 64 characters, values at most 512")
+            valid_text(k)
+            valid_text(x)
+        return v
 
     @field_validator("prompt")
     @classmethod

@@ -110,11 +110,11 @@ class Admission:
 
     async def cancelled(self, job_id: str) -> bool:
         """A cancel that raced the start (its broadcast came before the job ran here)."""
-        return bool(await self.r.exists(keys.job_cancel(job_id)))
+        return bool(await self.r.exists(keys.job_cancel(self.intake.model, job_id)))
 
     async def _resume(self, job_id: str) -> Resume:
         events = []
-        for _, fields in await self.r.xrange(keys.job_events(job_id)) or []:
+        for _, fields in await self.r.xrange(keys.job_events(self.intake.model, job_id)) or []:
             try:
                 events.append(codec.from_entry(dict(fields or {})))
             except codec.CodecError:
@@ -127,7 +127,7 @@ class Admission:
 
     async def _end_unstarted(self, entry_id: bytes, final: FinishEvent | ErrorEvent) -> None:
         async with self.r.pipeline(transaction=False) as pipe:
-            jobs.add_result(pipe, final, self.leases.ttl_s)
+            jobs.add_result(pipe, final, self.leases.ttl_s, model=self.intake.model)
             await pipe.execute()
         await self.intake.ack(entry_id)
 

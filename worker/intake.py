@@ -1,4 +1,4 @@
-"""The worker's side of the job stream: one consumer of the workers' group.
+"""The worker's side of its model's job stream: one consumer of the workers' group.
 
 At-least-once: an entry stays pending until XACK (then it is deleted: the stream holds only
 jobs not yet answered). Entries left idle by a dead consumer are taken over with XAUTOCLAIM
@@ -20,15 +20,18 @@ from shared.streams import Entry, ensure_group, entries, id_str
 
 
 class JobIntake:
-    def __init__(self, r: aioredis.Redis, consumer: str, claim_idle_s: float) -> None:
+    def __init__(self, r: aioredis.Redis, consumer: str, claim_idle_s: float, *, model: str) -> None:
         self.r = r
         self.consumer = consumer
+        self.model = model
+        self.stream = keys.jobs_stream(model)  # only this model's workers read it
+        self.dead_letters = keys.dead_letter_stream(model)
         self.claim_idle_ms = int(claim_idle_s * 1000)
         self._own_cursor: str | None = "0"  # None once this consumer's old entries are all read
         self._claim_cursor = "0-0"
 
     async def setup(self) -> None:
-        await ensure_group(self.r, keys.JOBS_STREAM, keys.JOBS_GROUP)
+        await ensure_group(self.r, self.stream, keys.JOBS_GROUP)
 
     async def read_own_pending(self, count: int) -> list[Entry]:
         """The next of the entries this consumer held before it (re)started; empty for good
@@ -36,7 +39,7 @@ class JobIntake:
         if self._own_cursor is None:
             return []
         resp = await self.r.xreadgroup(
-            keys.JOBS_GROUP, self.consumer, {keys.JOBS_STREAM: self._own_cursor}, count=count
+            keys.JOBS_GROUP, self.consumer, {self.stream: self._own_cursor}, count=count
         )
         got = entries(resp)
         self._own_cursor = id_str(got[-1][0]) if got else None
@@ -45,7 +48,7 @@ class JobIntake:
     async def read_new(self, count: int, block_ms: int | None) -> list[Entry]:
         try:
             resp = await self.r.xreadgroup(
-                keys.JOBS_GROUP, self.consumer, {keys.JOBS_STREAM: ">"}, count=count, block=block_ms
+                keys.JOBS_GROUP, self.consumer, {self.stream: ">"}, count=count, block=block_ms
             )
         except ResponseError as exc:  # a Redis that restarted empty lost the group
             if "NOGROUP" not in str(exc):
@@ -57,7 +60,7 @@ class JobIntake:
     async def autoclaim(self, count: int) -> list[Entry]:
         """Take over up to ``count`` entries idle past the claim limit on any consumer."""
         resp = await self.r.xautoclaim(
-            keys.JOBS_STREAM,
+            self.stream,
             keys.JOBS_GROUP,
             self.consumer,
             min_idle_time=self.claim_idle_ms,
@@ -72,8 +75,8 @@ class JobIntake:
         """Acknowledge and delete entries: a handled job leaves the stream (bounded storage)."""
         if entry_ids:
             async with self.r.pipeline(transaction=True) as pipe:
-                pipe.xack(keys.JOBS_STREAM, keys.JOBS_GROUP, *entry_ids)
-                pipe.xdel(keys.JOBS_STREAM, *entry_ids)
+                pipe.xack(self.stream, keys.JOBS_GROUP, *entry_ids)
+                pipe.xdel(self.stream, *entry_ids)
                 await pipe.execute()
 
     async def dead_letter(self, entry_id: bytes, fields: dict[Any, Any], reason: str) -> None:
@@ -88,9 +91,9 @@ class JobIntake:
             }
         )
         async with self.r.pipeline(transaction=True) as pipe:
-            pipe.xadd(keys.DEAD_LETTER_STREAM, record, maxlen=keys.DEAD_LETTER_MAXLEN, approximate=True)
-            pipe.xack(keys.JOBS_STREAM, keys.JOBS_GROUP, entry_id)
-            pipe.xdel(keys.JOBS_STREAM, entry_id)
+            pipe.xadd(self.dead_letters, record, maxlen=keys.DEAD_LETTER_MAXLEN, approximate=True)
+            pipe.xack(self.stream, keys.JOBS_GROUP, entry_id)
+            pipe.xdel(self.stream, entry_id)
             await pipe.execute()
 
 

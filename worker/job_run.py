@@ -71,6 +71,8 @@ class JobRun:
         self.first_token_at: float | None = None
         self._detok = IncrementalDetokenizer(tokenizer, prompt_ids)
         self._text = StopText(job.params.stop)
+        self._stop_ids = frozenset(job.params.stop_token_ids)
+        self._stopped_by_id = False
         for token in resume.token_ids:  # what was sent already: replayed, not re-emitted
             self.output.append(token)
             self._text.push(self._detok.add(token))
@@ -101,8 +103,8 @@ class JobRun:
 
     @property
     def stopped(self) -> bool:
-        """A stop string appeared: the job is done, the engine should abort it."""
-        return self._text.stopped
+        """A stop string or stop token appeared: the job is done, the engine should abort it."""
+        return self._text.stopped or self._stopped_by_id
 
     def feed(self, token_ids: list[int]) -> list[TokenEvent]:
         """Take the engine's new tokens (tokens after a stop string are dropped)."""
@@ -110,7 +112,10 @@ class JobRun:
             self.first_token_at = time.time()
         n0, r0 = len(self.output), self._text.released
         for token in token_ids:
-            if self._text.stopped:
+            if self.stopped:
+                break
+            if token in self._stop_ids:  # a stop token ends the output; it is not part of it
+                self._stopped_by_id = True
                 break
             self.output.append(token)
             self._text.push(self._detok.add(token))
@@ -119,7 +124,7 @@ class JobRun:
     def finish(self, reason: FinishReason) -> tuple[list[TokenEvent], FinishEvent]:
         """The last text events (what was held back) and the final result."""
         n0, r0 = len(self.output), self._text.released
-        if not self._text.stopped:
+        if not self._text.stopped:  # a stop token: the text so far stands, flushed
             self._text.push(self._detok.flush())
             self._text.flush()
         now = time.time()

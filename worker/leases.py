@@ -94,9 +94,11 @@ class JobWrite:
 class Leases:
     """The worker's fenced operations on job records (one instance per worker)."""
 
-    def __init__(self, r: aioredis.Redis, worker_id: str, ttl_s: float) -> None:
+    def __init__(self, r: aioredis.Redis, worker_id: str, ttl_s: float, *, model: str) -> None:
         self.r = r
         self.worker_id = worker_id
+        self.model = model  # every key a script touches carries this model's hash tag
+        self.stream = keys.jobs_stream(model)
         self.ttl_s = max(1, int(ttl_s))
         self._start = r.register_script(_START)
         self._write = r.register_script(_WRITE)
@@ -107,7 +109,8 @@ class Leases:
         """Take the job's lease: (lease > 0, attempts counted so far), or (0, 0) when the
         job already ended, or (-1, 0) when it was cancelled before it started."""
         lease, attempts = await self._start(
-            keys=[keys.job_key(job_id), keys.job_cancel(job_id)], args=[self.ttl_s, self.worker_id]
+            keys=[keys.job_key(self.model, job_id), keys.job_cancel(self.model, job_id)],
+            args=[self.ttl_s, self.worker_id],
         )
         return int(lease), int(attempts)
 
@@ -125,21 +128,21 @@ class Leases:
         """Renew the claims on (job id, lease, entry id); the job ids no longer held."""
         if not held:
             return []
-        args: list[bytes | str | int] = [keys.JOBS_STREAM, keys.JOBS_GROUP, self.worker_id, len(held)]
+        args: list[bytes | str | int] = [self.stream, keys.JOBS_GROUP, self.worker_id, len(held)]
         for _, lease, entry_id in held:
             args += [lease, entry_id]
-        lost = await self._renew(keys=[keys.job_key(j) for j, _, _ in held], args=args)
+        lost = await self._renew(keys=[keys.job_key(self.model, j) for j, _, _ in held], args=args)
         return [held[int(i) - 1][0] for i in lost or []]
 
     async def hand_back(self, job_id: str, lease: int, entry_id: bytes, idle_ms: int) -> bool:
         got = await self._hand_back(
-            keys=[keys.job_key(job_id), keys.JOBS_STREAM],
+            keys=[keys.job_key(self.model, job_id), self.stream],
             args=[lease, keys.JOBS_GROUP, entry_id, idle_ms, self.ttl_s],
         )
         return bool(got)
 
     def _write_keys(self, job_id: str) -> list[str]:
-        return [keys.job_key(job_id), keys.job_events(job_id), keys.JOBS_STREAM]
+        return [keys.job_key(self.model, job_id), keys.job_events(self.model, job_id), self.stream]
 
     def _write_args(self, w: JobWrite) -> list[bytes | str | int]:
         events = list(w.events) + ([w.final] if w.final is not None else [])

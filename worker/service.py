@@ -63,10 +63,10 @@ class WorkerService:
         self.model_name = s.model_name or Path(s.model_dir).name
         self.max_model_len = int(getattr(self.engine, "max_model_len", 0) or 0)
         self.running = RunningJobs(s.max_jobs)
-        self.intake = JobIntake(self.r, s.worker_id, s.claim_idle_s)
-        self.leases = Leases(self.r, s.worker_id, s.result_ttl_s)
+        self.intake = JobIntake(self.r, s.worker_id, s.claim_idle_s, model=self.model_name)
+        self.leases = Leases(self.r, s.worker_id, s.result_ttl_s, model=self.model_name)
         self.decisions = DecisionFollower(self.r, self.engine, s.worker_id, s.decision_check_s, s.block_ms)
-        self.telemetry = TelemetryPublisher(self.r, s.worker_id, s.lag_refresh_s)
+        self.telemetry = TelemetryPublisher(self.r, s.worker_id, s.lag_refresh_s, model=self.model_name)
         self.outbox = Outbox(
             self.leases,
             self.telemetry,
@@ -262,11 +262,10 @@ class WorkerService:
         )
 
     async def _follow_cancels(self) -> None:
+        stream = keys.cancel_stream(self.model_name)
         if self._cancel_cursor is None:
-            self._cancel_cursor = await last_id(self.r, keys.CANCEL_STREAM)
-        resp = await self.r.xread(
-            {keys.CANCEL_STREAM: self._cancel_cursor}, count=100, block=self.settings.block_ms
-        )
+            self._cancel_cursor = await last_id(self.r, stream)
+        resp = await self.r.xread({stream: self._cancel_cursor}, count=100, block=self.settings.block_ms)
         for entry_id, fields in entries(resp):
             self._cancel_cursor = entry_id.decode()
             try:
@@ -308,9 +307,8 @@ class WorkerService:
                 self.engine.abort_request(run.job_id)
             final: FinishEvent | ErrorEvent | None = None
             if out.finished and out.finish_reason == "error" and not run.stopped:
-                final = ErrorEvent(
-                    job_id=run.job_id, code=ErrorCode.ENGINE_ERROR.value, message=out.error or ""
-                )
+                code = out.error_code or ErrorCode.ENGINE_ERROR
+                final = ErrorEvent(job_id=run.job_id, code=code.value, message=out.error or "")
             elif run.stopped or out.finished:
                 reason = "stop" if run.stopped else out.finish_reason or "stop"
                 tail, final = run.finish(cast(FinishReason, reason))

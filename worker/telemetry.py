@@ -14,9 +14,10 @@ from shared.streams import group_load
 class TelemetryPublisher:
     """XADDs Telemetry (MAXLEN ~) and knows the job stream's lag for the queue depth."""
 
-    def __init__(self, r: aioredis.Redis, worker_id: str, lag_refresh_s: float) -> None:
+    def __init__(self, r: aioredis.Redis, worker_id: str, lag_refresh_s: float, *, model: str) -> None:
         self.r = r
         self.worker_id = worker_id
+        self.jobs_stream = keys.jobs_stream(model)
         self.lag_refresh_s = lag_refresh_s
         self._lag = 0
         self._lag_at = float("-inf")
@@ -25,7 +26,7 @@ class TelemetryPublisher:
         """Jobs not yet delivered to any worker (refreshed at most every ``lag_refresh_s``)."""
         now = time.monotonic()
         if now - self._lag_at >= self.lag_refresh_s:
-            _, self._lag = await group_load(self.r, keys.JOBS_STREAM, keys.JOBS_GROUP)
+            _, self._lag = await group_load(self.r, self.jobs_stream, keys.JOBS_GROUP)
             self._lag_at = now
         return self._lag
 

@@ -182,15 +182,18 @@ async def test_cancel_mid_stream(gw: httpx.AsyncClient) -> None:
 
 
 async def test_malformed_entry_is_dead_lettered_and_workers_keep_serving(
-    gw: httpx.AsyncClient, r: aioredis.Redis
+    cluster: Cluster, gw: httpx.AsyncClient, r: aioredis.Redis
 ) -> None:
-    bad_id = await r.xadd(keys.JOBS_STREAM, {b"m": b"\x00 definitely not a job"})
+    model = cluster.model_dir.name  # the served model name: its directory's
+    bad_id = await r.xadd(keys.jobs_stream(model), {b"m": b"\x00 definitely not a job"})
 
     async def dead_lettered() -> bool:
-        return any(f[b"entry_id"] == bad_id for _, f in await r.xrange(keys.DEAD_LETTER_STREAM))
+        return any(f[b"entry_id"] == bad_id for _, f in await r.xrange(keys.dead_letter_stream(model)))
 
     await poll(dead_lettered, 30, "the malformed entry to be dead-lettered")
-    (_, record), *_ = [e for e in await r.xrange(keys.DEAD_LETTER_STREAM) if e[1][b"entry_id"] == bad_id]
+    (_, record), *_ = [
+        e for e in await r.xrange(keys.dead_letter_stream(model)) if e[1][b"entry_id"] == bad_id
+    ]
     assert record[b"reason"].startswith(b"malformed entry")
     resp = await gw.post("/v1/completions", json={"prompt": "still there?", "max_tokens": 4})
     assert resp.status_code == 200 and resp.json()["usage"]["completion_tokens"] == 4
@@ -244,7 +247,9 @@ async def test_killed_worker_job_is_taken_over_and_completes(
     ).json()["id"]
 
     async def first_tokens() -> str | None:
-        events = [codec.from_entry(f) for _, f in await r.xrange(keys.job_events(job_id))]
+        events = [
+            codec.from_entry(f) for _, f in await r.xrange(keys.job_events(cluster.model_dir.name, job_id))
+        ]
         starts = [e for e in events if isinstance(e, StartEvent)]
         if starts and sum(isinstance(e, TokenEvent) for e in events) >= 2:
             return starts[0].worker_id

@@ -21,6 +21,7 @@ from shared.schemas import FinishEvent, JobEvent, JobRequest, StartEvent, TokenE
 from shared.streams import ensure_group, entries
 
 Script = Callable[[JobRequest], list[JobEvent]]
+MODEL = "fake-model"  # what register_worker's worker serves
 
 # NIGHTJAR_GATEWAY_TEST_REDIS=redis://127.0.0.1:6379/11 runs every gateway test on that real
 # Redis database (flushed before and after each test) instead of the embedded store.
@@ -44,12 +45,13 @@ async def register_worker(
     max_model_len: int = 0,
     draining: bool = False,
     age_s: float = -3600.0,
+    model: str = MODEL,
 ) -> None:
     """A worker registration as a heartbeat writes it; by default stamped an hour ahead so
     it stays live for the whole test without heartbeats."""
     info = WorkerInfo(
         worker_id=worker_id,
-        model="fake-model",
+        model=model,
         ts=time.time() - age_s,
         max_model_len=max_model_len,
         draining=draining,
@@ -88,22 +90,26 @@ def hello(job: JobRequest) -> list[JobEvent]:
 
 
 @asynccontextmanager
-async def scripted_worker(r: aioredis.Redis, script: Script = hello) -> AsyncIterator[list[JobRequest]]:
-    """Consume the job stream like a worker would, answering with ``script``; yields the jobs seen."""
+async def scripted_worker(
+    r: aioredis.Redis, script: Script = hello, model: str = MODEL
+) -> AsyncIterator[list[JobRequest]]:
+    """Consume the model's job stream like a worker would, answering with ``script``;
+    yields the jobs seen."""
     seen: list[JobRequest] = []
-    await ensure_group(r, keys.JOBS_STREAM, keys.JOBS_GROUP)
+    stream = keys.jobs_stream(model)
+    await ensure_group(r, stream, keys.JOBS_GROUP)
 
     async def serve() -> None:
         while True:
-            resp = await r.xreadgroup(keys.JOBS_GROUP, "fake", {keys.JOBS_STREAM: ">"}, count=10, block=50)
+            resp = await r.xreadgroup(keys.JOBS_GROUP, "fake", {stream: ">"}, count=10, block=50)
             for entry_id, fields in entries(resp):
                 job = codec.decode_as(fields[codec.FIELD], JobRequest)
                 seen.append(job)
                 *events, final = script(job)
                 async with r.pipeline(transaction=False) as pipe:
-                    jobs.add_events(pipe, job.job_id, events)
-                    jobs.add_result(pipe, final)  # type: ignore[arg-type]
-                    pipe.xack(keys.JOBS_STREAM, keys.JOBS_GROUP, entry_id)
+                    jobs.add_events(pipe, job.job_id, events, model=model)
+                    jobs.add_result(pipe, final, model=model)  # type: ignore[arg-type]
+                    pipe.xack(stream, keys.JOBS_GROUP, entry_id)
                     await pipe.execute()
 
     async with anyio.create_task_group() as tg:

@@ -15,7 +15,7 @@ from shared import codec, keys
 from shared.connection import connect
 from shared.schemas import Decision
 from shared.streams import entries
-from tests.gateway.conftest import gateway, register_worker, scripted_worker
+from tests.gateway.conftest import MODEL, gateway, register_worker, scripted_worker
 
 pytestmark = pytest.mark.anyio
 
@@ -51,14 +51,14 @@ async def _flood(r: aioredis.Redis, n: int, max_queue: int) -> list[int]:
 async def test_the_queue_limit_holds_under_concurrency(r: aioredis.Redis) -> None:
     codes = await _flood(r, 50, 5)
     assert codes.count(202) == 5 and codes.count(429) == 45
-    assert await r.xlen(keys.JOBS_STREAM) == 5
+    assert await r.xlen(keys.jobs_stream(MODEL)) == 5
 
 
 @pytest.mark.redis
 async def test_the_queue_limit_holds_under_concurrency_on_redis(real_r: aioredis.Redis) -> None:
     codes = await _flood(real_r, 50, 5)
     assert codes.count(202) == 5 and codes.count(429) == 45
-    assert await real_r.xlen(keys.JOBS_STREAM) == 5
+    assert await real_r.xlen(keys.jobs_stream(MODEL)) == 5
 
 
 @pytest.mark.redis
@@ -74,8 +74,8 @@ async def test_the_limit_counts_deleted_and_undelivered_entries(r: aioredis.Redi
         ids = [(await gw.post("/v1/jobs", json={"prompt": "x"})).json()["id"] for _ in range(3)]
         assert (await gw.post("/v1/jobs", json={"prompt": "x"})).status_code == 429
         # An undelivered entry deleted from the stream makes Redis report lag as unknown.
-        newest = (await r.xrevrange(keys.JOBS_STREAM, count=1))[0][0]
-        await r.xdel(keys.JOBS_STREAM, newest)
+        newest = (await r.xrevrange(keys.jobs_stream(MODEL), count=1))[0][0]
+        await r.xdel(keys.jobs_stream(MODEL), newest)
         assert (await gw.post("/v1/jobs", json={"prompt": "x"})).status_code == 202
         assert (await gw.post("/v1/jobs", json={"prompt": "x"})).status_code == 429
     assert len(ids) == 3
@@ -94,7 +94,7 @@ async def test_no_live_worker_is_a_503_with_retry_after(r: aioredis.Redis) -> No
         await register_worker(r, "gone", age_s=600)  # its heartbeat stopped long ago
         await register_worker(r, "leaving", draining=True)
         assert (await gw.post("/v1/jobs", json={"prompt": "x"})).status_code == 503
-    assert await r.xlen(keys.JOBS_STREAM) == 0
+    assert await r.xlen(keys.jobs_stream(MODEL)) == 0
     async with gateway(r, worker=False, require_worker=False) as gw:  # opted out: jobs wait
         assert (await gw.post("/v1/jobs", json={"prompt": "x"})).status_code == 202
 
@@ -146,7 +146,7 @@ async def test_context_length_is_checked_before_enqueueing(r: aioredis.Redis) ->
             "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 200}
         )
         job = await gw.post("/v1/jobs", json={"prompt_token_ids": [1] * 90, "params": {"max_tokens": 11}})
-        assert await r.xlen(keys.JOBS_STREAM) == 0
+        assert await r.xlen(keys.jobs_stream(MODEL)) == 0
         # Not given: lowered to fit (chat's default is 256 here), not refused.
         fits = await gw.post("/v1/jobs", json={"prompt_token_ids": [1] * 90})
     for resp, m, p, c in ((over, 101, 0, 101), (ids, 101, 60, 41), (chat, 200, 0, 200), (job, 101, 90, 11)):
@@ -155,7 +155,7 @@ async def test_context_length_is_checked_before_enqueueing(r: aioredis.Redis) ->
         assert err["code"] == "context_length_exceeded" and err["type"] == "invalid_request_error"
         assert err["message"] == CONTEXT_MSG.format(m=m, p=p, c=c)
     assert fits.status_code == 202
-    ((_, fields),) = await r.xrange(keys.JOBS_STREAM)
+    ((_, fields),) = await r.xrange(keys.jobs_stream(MODEL))
     assert codec.decode(fields[codec.FIELD]).params.max_tokens == 10  # type: ignore[attr-defined]
 
 
@@ -163,10 +163,10 @@ async def test_answered_entries_deleted_by_workers_free_their_places(r: aioredis
     async with gateway(r, max_queue=3) as gw:
         for _ in range(3):
             assert (await gw.post("/v1/jobs", json={"prompt": "x"})).status_code == 202
-        got = entries(await r.xreadgroup(keys.JOBS_GROUP, "w", {keys.JOBS_STREAM: ">"}, count=2))
+        got = entries(await r.xreadgroup(keys.JOBS_GROUP, "w", {keys.jobs_stream(MODEL): ">"}, count=2))
         assert (await gw.post("/v1/jobs", json={"prompt": "x"})).status_code == 429  # 2 running + 1 waiting
         for entry_id, _ in got:  # answered: acknowledged and deleted, as a worker does
-            await r.xack(keys.JOBS_STREAM, keys.JOBS_GROUP, entry_id)
-            await r.xdel(keys.JOBS_STREAM, entry_id)
+            await r.xack(keys.jobs_stream(MODEL), keys.JOBS_GROUP, entry_id)
+            await r.xdel(keys.jobs_stream(MODEL), entry_id)
         codes = [(await gw.post("/v1/jobs", json={"prompt": "x"})).status_code for _ in range(3)]
     assert codes == [202, 202, 429]

@@ -8,7 +8,7 @@ import redis.asyncio as aioredis
 from gateway.admission import OWNER
 from gateway.auth import TokenBuckets, owner_of
 from shared import keys
-from tests.gateway.conftest import gateway, scripted_worker
+from tests.gateway.conftest import MODEL, gateway, scripted_worker
 
 pytestmark = pytest.mark.anyio
 
@@ -37,7 +37,7 @@ async def test_every_v1_route_needs_a_key(r: aioredis.Redis) -> None:
         assert (await gw.get("/v1/models", headers=A)).status_code == 200
         # A bad body with no key is still a 401: keys are checked before the body is read.
         assert (await gw.post("/v1/jobs", content=b"{nope")).status_code == 401
-    assert await r.xlen(keys.JOBS_STREAM) == 0
+    assert await r.xlen(keys.jobs_stream(MODEL)) == 0
 
 
 async def test_jobs_are_invisible_to_other_keys(r: aioredis.Redis) -> None:
@@ -53,10 +53,10 @@ async def test_jobs_are_invisible_to_other_keys(r: aioredis.Redis) -> None:
             assert resp.json() == (await gw.request(method, "/v1/jobs/nosuchjob", headers=B)).json() | {
                 "error": resp.json()["error"] | {"message": f"no job {job_id}"}
             }
-        assert await r.get(keys.job_cancel(job_id)) is None  # B's DELETE did nothing
+        assert await r.get(keys.job_cancel(MODEL, job_id)) is None  # B's DELETE did nothing
         assert (await gw.get(f"/v1/jobs/{job_id}", headers=A)).json()["status"] == "queued"
         assert (await gw.delete(f"/v1/jobs/{job_id}", headers=A)).status_code == 202
-    stored = await r.hget(keys.job_key(job_id), OWNER)
+    stored = await r.hget(keys.job_key(MODEL, job_id), OWNER)
     assert stored == owner_of("key-a").encode() and b"key-a" not in stored
 
 

@@ -14,7 +14,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from shared import codec, jobs, keys
 from shared.schemas import JobRequest, StartEvent, TokenEvent
 from shared.streams import ensure_group, entries
-from tests.gateway.conftest import gateway, hello
+from tests.gateway.conftest import MODEL, gateway, hello
 
 pytestmark = pytest.mark.anyio
 
@@ -23,11 +23,13 @@ pytestmark = pytest.mark.anyio
 async def stalling_worker(r: aioredis.Redis) -> AsyncIterator[list[str]]:
     """Starts every job and sends one token, then never finishes it."""
     seen: list[str] = []
-    await ensure_group(r, keys.JOBS_STREAM, keys.JOBS_GROUP)
+    await ensure_group(r, keys.jobs_stream(MODEL), keys.JOBS_GROUP)
 
     async def serve() -> None:
         while True:
-            resp = await r.xreadgroup(keys.JOBS_GROUP, "stall", {keys.JOBS_STREAM: ">"}, count=10, block=50)
+            resp = await r.xreadgroup(
+                keys.JOBS_GROUP, "stall", {keys.jobs_stream(MODEL): ">"}, count=10, block=50
+            )
             for _, fields in entries(resp):
                 job = codec.decode_as(fields[codec.FIELD], JobRequest)
                 seen.append(job.job_id)
@@ -39,6 +41,7 @@ async def stalling_worker(r: aioredis.Redis) -> AsyncIterator[list[str]]:
                             StartEvent(job_id=job.job_id, worker_id="stall"),
                             TokenEvent(job_id=job.job_id, index=0, token_ids=[1], text="Hi"),
                         ],
+                        model=MODEL,
                     )
                     await pipe.execute()
 
@@ -59,10 +62,12 @@ async def test_a_request_past_its_deadline_is_a_504_and_its_job_is_cancelled(r: 
             early = await gw.post("/v1/completions", json={"prompt": "x", "stream": True})
     for got in (resp, early):  # a stream that has not started yet is a 504 too
         assert got.status_code == 504 and got.json()["error"]["code"] == "timeout"
-    ids = [codec.decode_as(f[codec.FIELD], JobRequest).job_id for _, f in await r.xrange(keys.JOBS_STREAM)]
+    ids = [
+        codec.decode_as(f[codec.FIELD], JobRequest).job_id for _, f in await r.xrange(keys.jobs_stream(MODEL))
+    ]
     assert len(ids) == 2
     for job_id in ids:
-        assert await r.get(keys.job_cancel(job_id)) == b"1"
+        assert await r.get(keys.job_cancel(MODEL, job_id)) == b"1"
 
 
 async def test_a_stream_past_its_deadline_ends_with_an_error_chunk_and_done(r: aioredis.Redis) -> None:
@@ -75,7 +80,7 @@ async def test_a_stream_past_its_deadline_ends_with_an_error_chunk_and_done(r: a
     assert resp.status_code == 200 and data[-1] == "[DONE]"
     assert json.loads(data[0])["choices"][0]["delta"]["content"] == "Hi"
     assert json.loads(data[-2])["error"]["code"] == "timeout"
-    assert await r.get(keys.job_cancel(seen[0])) == b"1"
+    assert await r.get(keys.job_cancel(MODEL, seen[0])) == b"1"
 
 
 async def test_a_redis_failure_mid_stream_ends_with_an_error_chunk_and_done(
@@ -103,10 +108,10 @@ async def test_a_redis_failure_mid_stream_ends_with_an_error_chunk_and_done(
 async def _finish(r: aioredis.Redis, job_id: str) -> list[str]:
     *events, final = hello(JobRequest(job_id=job_id, prompt="x"))
     async with r.pipeline(transaction=False) as pipe:
-        jobs.add_events(pipe, job_id, events)
-        jobs.add_result(pipe, final)  # type: ignore[arg-type]
+        jobs.add_events(pipe, job_id, events, model=MODEL)
+        jobs.add_result(pipe, final, model=MODEL)  # type: ignore[arg-type]
         await pipe.execute()
-    return [eid.decode() for eid, _ in await r.xrange(keys.job_events(job_id))]
+    return [eid.decode() for eid, _ in await r.xrange(keys.job_events(MODEL, job_id))]
 
 
 async def test_streams_of_finished_jobs_always_end(r: aioredis.Redis) -> None:
@@ -121,7 +126,7 @@ async def test_streams_of_finished_jobs_always_end(r: aioredis.Redis) -> None:
         assert full.text.count("event: ") == 4
         # A job cancelled before any worker took it has no events at all: its stream ends too.
         other = (await gw.post("/v1/jobs", json={"prompt": "x"})).json()["id"]
-        await r.hset(keys.job_key(other), jobs.STATUS, jobs.JobStatus.CANCELLED.value)
+        await r.hset(keys.job_key(MODEL, other), jobs.STATUS, jobs.JobStatus.CANCELLED.value)
         with anyio.fail_after(5):
             assert (await gw.get(f"/v1/jobs/{other}/events")).text == ""
 
@@ -130,7 +135,7 @@ async def test_a_stream_that_was_waiting_ends_when_the_job_ends(r: aioredis.Redi
     async with gateway(r, keepalive_s=0.1) as gw:
         job_id = (await gw.post("/v1/jobs", json={"prompt": "x"})).json()["id"]
         ids = await _finish(r, job_id)
-        await r.delete(keys.job_events(job_id))  # the events expired; the record remains
+        await r.delete(keys.job_events(MODEL, job_id))  # the events expired; the record remains
         with anyio.fail_after(5):
             resp = await gw.get(f"/v1/jobs/{job_id}/events", headers={"Last-Event-ID": ids[0]})
     assert resp.status_code == 200 and "event:" not in resp.text

@@ -13,7 +13,7 @@ from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from shared import codec, keys
 from shared.schemas import TEMPERATURE_FLOOR, JobRequest
-from tests.gateway.conftest import gateway, register_worker
+from tests.gateway.conftest import MODEL, gateway, register_worker
 
 pytestmark = pytest.mark.anyio
 
@@ -29,7 +29,7 @@ def _is_openai_error(resp: httpx.Response, status: int) -> dict:
 
 
 async def _no_job(r: aioredis.Redis) -> None:
-    assert await r.xlen(keys.JOBS_STREAM) == 0
+    assert await r.xlen(keys.jobs_stream(MODEL)) == 0
 
 
 async def test_a_tiny_temperature_is_raised_to_the_floor(r: aioredis.Redis) -> None:
@@ -40,7 +40,7 @@ async def test_a_tiny_temperature_is_raised_to_the_floor(r: aioredis.Redis) -> N
         resp = await gw.post("/v1/jobs", json={"prompt": "x", "params": {"temperature": 0}})
     temps = [
         codec.decode_as(f[codec.FIELD], JobRequest).params.temperature
-        for _, f in await r.xrange(keys.JOBS_STREAM)
+        for _, f in await r.xrange(keys.jobs_stream(MODEL))
     ]
     assert temps == [TEMPERATURE_FLOOR] * 4 + [0.0]  # 0 stays greedy
 
@@ -148,7 +148,7 @@ async def test_malformed_job_ids_are_unknown_jobs(r: aioredis.Redis, job_id: str
                     assert resp.json()["error"]["code"] in ("job_not_found", "not_found"), (method, path)
                 else:
                     raise AssertionError(f"{method} {path}: {resp.status_code} {resp.text}")
-    assert await r.get(keys.job_cancel(real)) is None
+    assert await r.get(keys.job_cancel(MODEL, real)) is None
 
 
 async def test_a_bad_client_chosen_id_is_a_400(r: aioredis.Redis) -> None:
@@ -195,4 +195,4 @@ async def test_body_size_limit_is_a_413(r: aioredis.Redis) -> None:
     assert _is_openai_error(big, 413)["code"] == "payload_too_large"
     assert _is_openai_error(chunked, 413)["code"] == "payload_too_large"
     assert ok.status_code == 202
-    assert await r.xlen(keys.JOBS_STREAM) == 1
+    assert await r.xlen(keys.jobs_stream(MODEL)) == 1

@@ -18,7 +18,7 @@ from gateway.settings import GatewaySettings
 from nightjar.runner import http_server
 from shared import codec, jobs, keys
 from shared.schemas import JobRequest, StartEvent, TokenEvent
-from tests.gateway.conftest import register_worker
+from tests.gateway.conftest import MODEL, register_worker
 
 pytestmark = pytest.mark.anyio
 
@@ -52,7 +52,9 @@ async def _wait_for(check, what: str, timeout_s: float = 10) -> None:  # type: i
 
 
 async def _queued_ids(r: aioredis.Redis) -> list[str]:
-    return [codec.decode_as(f[codec.FIELD], JobRequest).job_id for _, f in await r.xrange(keys.JOBS_STREAM)]
+    return [
+        codec.decode_as(f[codec.FIELD], JobRequest).job_id for _, f in await r.xrange(keys.jobs_stream(MODEL))
+    ]
 
 
 def _post(path: str, body: dict) -> bytes:
@@ -74,7 +76,7 @@ async def test_a_client_that_leaves_cancels_its_job(r: aioredis.Redis) -> None:
             await sock.aclose()
             job_id = (await _queued_ids(r))[-1]
             await _wait_for(
-                lambda j=job_id: r.exists(keys.job_cancel(j)), "the cancel of a left client's job"
+                lambda j=job_id: r.exists(keys.job_cancel(MODEL, j)), "the cancel of a left client's job"
             )
 
 
@@ -112,7 +114,7 @@ async def test_a_slow_body_is_a_408(r: aioredis.Redis) -> None:
         reply = await _closed_within(sock, 5)
     head, _, body = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408") and json.loads(body)["error"]["code"] == "timeout"
-    assert await r.xlen(keys.JOBS_STREAM) == 0
+    assert await r.xlen(keys.jobs_stream(MODEL)) == 0
 
 
 async def test_a_declared_oversized_body_is_refused_unread(r: aioredis.Redis) -> None:
@@ -140,7 +142,9 @@ async def test_a_client_that_reads_nothing_is_dropped_and_its_job_cancelled(r: a
         async with r.pipeline(transaction=False) as pipe:  # far more than any socket buffer holds
             events = [StartEvent(job_id=job_id, worker_id="w")]
             events += [TokenEvent(job_id=job_id, index=i, token_ids=[1], text=big) for i in range(64)]
-            jobs.add_events(pipe, job_id, events)
+            jobs.add_events(pipe, job_id, events, model=MODEL)
             await pipe.execute()
-        await _wait_for(lambda: r.exists(keys.job_cancel(job_id)), "the cancel of a non-reading client's job")
+        await _wait_for(
+            lambda: r.exists(keys.job_cancel(MODEL, job_id)), "the cancel of a non-reading client's job"
+        )
         sock.close()

@@ -12,13 +12,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from gateway.admission import Admission
 from shared import codec, keys
 from shared.schemas import JobRequest
-from tests.gateway.conftest import gateway, scripted_worker
+from tests.gateway.conftest import MODEL, gateway, scripted_worker
 
 pytestmark = pytest.mark.anyio
 
 
 async def _jobs(r: aioredis.Redis) -> list[JobRequest]:
-    return [codec.decode_as(f[codec.FIELD], JobRequest) for _, f in await r.xrange(keys.JOBS_STREAM)]
+    return [codec.decode_as(f[codec.FIELD], JobRequest) for _, f in await r.xrange(keys.jobs_stream(MODEL))]
 
 
 async def test_a_retried_job_submit_returns_the_same_job(r: aioredis.Redis) -> None:
@@ -35,7 +35,7 @@ async def test_a_retried_job_submit_returns_the_same_job(r: aioredis.Redis) -> N
     assert fresh.json()["id"] != first.json()["id"]
     queued = await _jobs(r)
     assert [j.job_id for j in queued] == [first.json()["id"], fresh.json()["id"]]
-    assert await r.ttl(keys.job_key(first.json()["id"])) > 23 * 3600  # kept as long as the result
+    assert await r.ttl(keys.job_key(MODEL, first.json()["id"])) > 23 * 3600  # kept as long as the result
 
 
 async def test_a_client_chosen_id(r: aioredis.Redis) -> None:
@@ -48,7 +48,7 @@ async def test_a_client_chosen_id(r: aioredis.Redis) -> None:
     assert other.status_code == 409
     assert info.json()["status"] == "queued"
     assert len(await _jobs(r)) == 1
-    assert 0 < await r.ttl(keys.job_key("order-17")) <= 120  # result_ttl_s
+    assert 0 < await r.ttl(keys.job_key(MODEL, "order-17")) <= 120  # result_ttl_s
 
 
 async def test_a_retried_completion_follows_the_first_job(r: aioredis.Redis) -> None:
@@ -126,14 +126,14 @@ async def test_a_failed_submit_enqueues_nothing_and_a_lost_reply_is_retried_safe
         store._admission = Admission(_Flaky(r, after=False))  # type: ignore[arg-type]
         down = await gw.post("/v1/jobs", json={"prompt": "x"}, headers={"Idempotency-Key": "k"})
         assert down.status_code == 503 and down.headers["Retry-After"]
-        assert await r.xlen(keys.JOBS_STREAM) == 0
+        assert await r.xlen(keys.jobs_stream(MODEL)) == 0
         store._admission = Admission(_Flaky(r, after=True))  # type: ignore[arg-type]
         lost = await gw.post("/v1/jobs", json={"prompt": "x"}, headers={"Idempotency-Key": "k"})
-        assert lost.status_code == 503 and await r.xlen(keys.JOBS_STREAM) == 1
+        assert lost.status_code == 503 and await r.xlen(keys.jobs_stream(MODEL)) == 1
         store._admission = real
         retry = await gw.post("/v1/jobs", json={"prompt": "x"}, headers={"Idempotency-Key": "k"})
     assert retry.status_code == 202 and retry.headers["Idempotent-Replayed"] == "true"
-    assert await r.xlen(keys.JOBS_STREAM) == 1
+    assert await r.xlen(keys.jobs_stream(MODEL)) == 1
 
 
 async def test_concurrent_retries_make_one_job(r: aioredis.Redis) -> None:
@@ -147,4 +147,4 @@ async def test_concurrent_retries_make_one_job(r: aioredis.Redis) -> None:
         async with anyio.create_task_group() as tg:
             for _ in range(20):
                 tg.start_soon(one)
-    assert codes == [202] * 20 and await r.xlen(keys.JOBS_STREAM) == 1
+    assert codes == [202] * 20 and await r.xlen(keys.jobs_stream(MODEL)) == 1

@@ -5,7 +5,7 @@ import redis.asyncio as aioredis
 
 from shared import codec, jobs, keys
 from shared.schemas import CancelRequest, JobRequest
-from tests.gateway.conftest import gateway, hello
+from tests.gateway.conftest import MODEL, gateway, hello
 
 pytestmark = pytest.mark.anyio
 
@@ -24,11 +24,11 @@ async def test_submit_enqueues_and_seeds_sampling_jobs(r: aioredis.Redis) -> Non
         greedy = await gw.post("/v1/jobs", json={"prompt": "hi", "params": {"max_tokens": 4}})
         sampled = await gw.post("/v1/jobs", json={"prompt_token_ids": [1, 2], "params": {"temperature": 0.8}})
     assert greedy.status_code == 202 and set(greedy.json()) == {"id", "status"}
-    queued = [codec.decode_as(f[codec.FIELD], JobRequest) for _, f in await r.xrange(keys.JOBS_STREAM)]
+    queued = [codec.decode_as(f[codec.FIELD], JobRequest) for _, f in await r.xrange(keys.jobs_stream(MODEL))]
     assert [j.job_id for j in queued] == [greedy.json()["id"], sampled.json()["id"]]
     assert queued[0].params.seed is None and queued[0].params.max_tokens == 4
     assert queued[1].params.seed is not None  # a re-run after a crash reproduces the tokens
-    assert await r.hget(keys.job_key(queued[0].job_id), jobs.STATUS) == b"queued"
+    assert await r.hget(keys.job_key(MODEL, queued[0].job_id), jobs.STATUS) == b"queued"
 
 
 @pytest.mark.parametrize(
@@ -57,8 +57,8 @@ async def test_status_events_and_resume(r: aioredis.Redis) -> None:
         job = JobRequest(job_id=job_id, prompt="hi")
         *events, final = hello(job)
         async with r.pipeline(transaction=False) as pipe:
-            jobs.add_events(pipe, job_id, events)
-            jobs.add_result(pipe, final)  # type: ignore[arg-type]
+            jobs.add_events(pipe, job_id, events, model=MODEL)
+            jobs.add_result(pipe, final, model=MODEL)  # type: ignore[arg-type]
             await pipe.execute()
         info = (await gw.get(f"/v1/jobs/{job_id}")).json()
         assert info["status"] == "finished" and info["result"]["text"] == "Hello" and info["error"] is None
@@ -66,7 +66,7 @@ async def test_status_events_and_resume(r: aioredis.Redis) -> None:
         assert resp.headers["content-type"].startswith("text/event-stream")
         got = _sse(resp.text)
         assert [e["event"] for e in got] == ["start", "token", "token", "finish"]
-        ids = [id_.decode() for id_, _ in await r.xrange(keys.job_events(job_id))]
+        ids = [id_.decode() for id_, _ in await r.xrange(keys.job_events(MODEL, job_id))]
         assert [e["id"] for e in got] == ids
         resumed = _sse((await gw.get(f"/v1/jobs/{job_id}/events", headers={"Last-Event-ID": ids[1]})).text)
         assert [e["event"] for e in resumed] == ["token", "finish"]
@@ -82,10 +82,10 @@ async def test_cancel(r: aioredis.Redis) -> None:
         job_id = (await gw.post("/v1/jobs", json={"prompt": "hi"})).json()["id"]
         resp = await gw.delete(f"/v1/jobs/{job_id}")
         assert resp.status_code == 202 and resp.json() == {"id": job_id, "status": "cancelling"}
-        assert await r.get(keys.job_cancel(job_id)) == b"1"
-        ((_, fields),) = await r.xrange(keys.CANCEL_STREAM)
+        assert await r.get(keys.job_cancel(MODEL, job_id)) == b"1"
+        ((_, fields),) = await r.xrange(keys.cancel_stream(MODEL))
         assert codec.from_entry(fields) == CancelRequest(job_id=job_id)
-        await r.hset(keys.job_key(job_id), jobs.STATUS, "finished")
+        await r.hset(keys.job_key(MODEL, job_id), jobs.STATUS, "finished")
         done = await gw.delete(f"/v1/jobs/{job_id}")
         assert done.status_code == 200 and done.json()["status"] == "finished"
         assert (await gw.delete("/v1/jobs/unknown")).status_code == 404
@@ -100,7 +100,7 @@ async def test_backpressure_rejects_past_the_limit(r: aioredis.Redis) -> None:
         assert int(resp.headers["Retry-After"]) >= 1
         health = (await gw.get("/health")).json()
     assert health == {"status": "ok", "workers": 1, "queued": 2}
-    assert await r.xlen(keys.JOBS_STREAM) == 2
+    assert await r.xlen(keys.jobs_stream(MODEL)) == 2
 
 
 async def test_unparseable_json_and_unknown_routes_get_json_errors(r: aioredis.Redis) -> None:

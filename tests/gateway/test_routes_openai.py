@@ -8,7 +8,7 @@ import redis.asyncio as aioredis
 
 from shared import codec, keys
 from shared.schemas import ErrorEvent, JobEvent, JobRequest, WorkerInfo
-from tests.gateway.conftest import gateway, scripted_worker
+from tests.gateway.conftest import MODEL, gateway, scripted_worker
 
 pytestmark = pytest.mark.anyio
 
@@ -21,9 +21,11 @@ def _chunks(text: str) -> list[object]:
 
 async def test_completion(r: aioredis.Redis) -> None:
     async with gateway(r) as gw, scripted_worker(r) as seen:
-        resp = await gw.post("/v1/completions", json={"model": "m", "prompt": "Say", "stop": "\n", "seed": 5})
+        resp = await gw.post(
+            "/v1/completions", json={"model": MODEL, "prompt": "Say", "stop": "\n", "seed": 5}
+        )
     body = resp.json()
-    assert resp.status_code == 200 and body["object"] == "text_completion" and body["model"] == "m"
+    assert resp.status_code == 200 and body["object"] == "text_completion" and body["model"] == MODEL
     assert body["choices"] == [{"index": 0, "logprobs": None, "finish_reason": "length", "text": "Hello"}]
     assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
     (job,) = seen
@@ -65,10 +67,25 @@ async def test_chat_completion_plain_and_streamed(r: aioredis.Redis) -> None:
 @pytest.mark.parametrize(
     "route, body, param",
     [
-        ("/v1/completions", {"prompt": "a", "n": 2}, "n"),
+        ("/v1/completions", {"prompt": "a", "n": 0}, "n"),
+        ("/v1/completions", {"prompt": "a", "n": 129}, "n"),
+        ("/v1/completions", {"prompt": ["a"] * 65, "n": 2}, "n"),
+        ("/v1/completions", {"prompt": "a", "best_of": 2}, "best_of"),
         ("/v1/completions", {"prompt": "a", "logprobs": 2}, "logprobs"),
-        ("/v1/completions", {"prompt": "a", "echo": True}, "echo"),
-        ("/v1/completions", {"prompt": ["a", "b"]}, "prompt"),
+        ("/v1/completions", {"prompt": [1, 2], "echo": True}, "echo"),
+        ("/v1/completions", {"prompt": ["a", [1]]}, "prompt"),
+        ("/v1/completions", {"prompt": [[]]}, "prompt"),
+        ("/v1/completions", {"prompt": "a", "suffix": "b"}, "suffix"),
+        ("/v1/completions", {"prompt": "a", "response_format": {"type": "json_object"}}, "response_format"),
+        ("/v1/completions", {"prompt": "a", "presence_penalty": 3}, "presence_penalty"),
+        ("/v1/completions", {"prompt": "a", "logit_bias": {"x": 1}}, "logit_bias"),
+        ("/v1/completions", {"prompt": "a", "stop_token_ids": [-1]}, "stop_token_ids"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tools": [{}]}, "tools"),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2},
+            "top_logprobs",
+        ),
         ("/v1/completions", {"prompt": "a", "temperature": 3}, "temperature"),
         ("/v1/completions", {"prompt": "a", "stop": [""]}, "stop"),
         ("/v1/completions", {"max_tokens": 3}, "prompt"),
@@ -89,7 +106,7 @@ async def test_bad_requests_get_openai_errors(r: aioredis.Redis, route: str, bod
     err = resp.json()["error"]
     assert set(err) == {"message", "type", "param", "code"}
     assert err["type"] == "invalid_request_error" and err["param"] == param
-    assert await r.xlen(keys.JOBS_STREAM) == 0
+    assert await r.xlen(keys.jobs_stream(MODEL)) == 0
 
 
 async def test_worker_errors_reach_the_client(r: aioredis.Redis) -> None:

@@ -25,12 +25,12 @@ def test_terminal_status() -> None:
 
 async def test_result_lands_in_stream_and_hash_with_ttl(r: aioredis.Redis) -> None:
     async with r.pipeline(transaction=False) as pipe:
-        jobs.add_events(pipe, "j", [TokenEvent(job_id="j", index=0, token_ids=[1], text="t")])
-        jobs.add_result(pipe, _finish("stop"))
+        jobs.add_events(pipe, "j", [TokenEvent(job_id="j", index=0, token_ids=[1], text="t")], model="m")
+        jobs.add_result(pipe, _finish("stop"), model="m")
         await pipe.execute()
-    kinds = [codec.from_entry(f).kind for _, f in await r.xrange(keys.job_events("j"))]
+    kinds = [codec.from_entry(f).kind for _, f in await r.xrange(keys.job_events("m", "j"))]
     assert kinds == ["token", "finish"]
-    assert await r.hget(keys.job_key("j"), jobs.STATUS) == b"finished"
-    assert codec.decode(await r.hget(keys.job_key("j"), jobs.RESULT)) == _finish("stop")
-    for key in (keys.job_events("j"), keys.job_key("j")):
+    assert await r.hget(keys.job_key("m", "j"), jobs.STATUS) == b"finished"
+    assert codec.decode(await r.hget(keys.job_key("m", "j"), jobs.RESULT)) == _finish("stop")
+    for key in (keys.job_events("m", "j"), keys.job_key("m", "j")):
         assert 0 < await r.ttl(key) <= keys.JOB_TTL_S

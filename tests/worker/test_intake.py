@@ -7,19 +7,20 @@ from shared import keys
 from worker.intake import JobIntake, guess_job_id
 
 pytestmark = pytest.mark.anyio
+M = "tiny"  # the served model name of these tests' workers
 
 
 async def _fill(r: aioredis.Redis, n: int) -> list[bytes]:
-    return [await r.xadd(keys.JOBS_STREAM, {b"m": b"%d" % i}) for i in range(n)]
+    return [await r.xadd(keys.jobs_stream(M), {b"m": b"%d" % i}) for i in range(n)]
 
 
 async def test_own_pending_is_reread_before_new_entries(r: aioredis.Redis) -> None:
     ids = await _fill(r, 3)
-    first = JobIntake(r, "w1", claim_idle_s=30)
+    first = JobIntake(r, "w1", claim_idle_s=30, model=M)
     await first.setup()
     assert [e for e, _ in await first.read_new(2, None)] == ids[:2]
     # The same consumer restarted: its two unacknowledged entries come back first, in pages.
-    again = JobIntake(r, "w1", claim_idle_s=30)
+    again = JobIntake(r, "w1", claim_idle_s=30, model=M)
     assert [e for e, _ in await again.read_own_pending(1)] == ids[:1]
     assert [e for e, _ in await again.read_own_pending(5)] == ids[1:2]
     assert await again.read_own_pending(5) == []
@@ -28,27 +29,29 @@ async def test_own_pending_is_reread_before_new_entries(r: aioredis.Redis) -> No
 
 async def test_autoclaim_takes_over_idle_entries_of_a_dead_consumer(r: aioredis.Redis) -> None:
     ids = await _fill(r, 2)
-    dead = JobIntake(r, "dead", claim_idle_s=30)
+    dead = JobIntake(r, "dead", claim_idle_s=30, model=M)
     await dead.setup()
     await dead.read_new(2, None)
-    patient = JobIntake(r, "alive", claim_idle_s=30)
+    patient = JobIntake(r, "alive", claim_idle_s=30, model=M)
     assert await patient.autoclaim(5) == []  # not idle long enough yet
-    eager = JobIntake(r, "alive", claim_idle_s=0)
+    eager = JobIntake(r, "alive", claim_idle_s=0, model=M)
     assert [e for e, _ in await eager.autoclaim(5)] == ids
-    owners = {p["consumer"] for p in await r.xpending_range(keys.JOBS_STREAM, keys.JOBS_GROUP, "-", "+", 10)}
+    owners = {
+        p["consumer"] for p in await r.xpending_range(keys.jobs_stream(M), keys.JOBS_GROUP, "-", "+", 10)
+    }
     assert owners == {b"alive"}
 
 
 async def test_dead_letter_keeps_the_entry_and_reason_and_acks(r: aioredis.Redis) -> None:
     ids = await _fill(r, 1)
-    intake = JobIntake(r, "w", claim_idle_s=30)
+    intake = JobIntake(r, "w", claim_idle_s=30, model=M)
     await intake.setup()
     ((entry_id, fields),) = await intake.read_new(1, None)
     await intake.dead_letter(entry_id, fields, "bad")
-    ((_, dead),) = await r.xrange(keys.DEAD_LETTER_STREAM)
+    ((_, dead),) = await r.xrange(keys.dead_letter_stream(M))
     assert dead[b"m"] == b"0" and dead[b"reason"] == b"bad" and dead[b"entry_id"] == ids[0]
-    assert await r.xpending_range(keys.JOBS_STREAM, keys.JOBS_GROUP, "-", "+", 10) == []
-    assert await r.xlen(keys.JOBS_STREAM) == 0  # a handled entry leaves the job stream
+    assert await r.xpending_range(keys.jobs_stream(M), keys.JOBS_GROUP, "-", "+", 10) == []
+    assert await r.xlen(keys.jobs_stream(M)) == 0  # a handled entry leaves the job stream
 
 
 def test_guess_job_id() -> None:
@@ -57,3 +60,13 @@ def test_guess_job_id() -> None:
     assert guess_job_id({b"m": msgpack.packb({"v": 1, "t": "job", "d": {"job_id": "abc", "x": 1}})}) == "abc"
     assert guess_job_id({b"m": b"\xc1"}) is None
     assert guess_job_id({}) is None
+
+
+async def test_a_worker_reads_only_its_models_stream(r: aioredis.Redis) -> None:
+    await r.xadd(keys.jobs_stream("other"), {b"m": b"not for tiny"})
+    mine = await _fill(r, 1)
+    intake = JobIntake(r, "w", claim_idle_s=30, model=M)
+    await intake.setup()
+    got = await intake.read_new(10, None)
+    assert [e for e, _ in got] == mine
+    assert await r.xlen(keys.jobs_stream("other")) == 1

@@ -68,3 +68,13 @@ def test_a_resumed_run_whose_sent_output_reached_max_tokens_is_over() -> None:
     eos = Resume(token_ids=(IDS[0], 2))
     assert _run(resume=eos).resumed_final_reason(frozenset({2})) == "stop"
     assert _run().resumed_final_reason(frozenset({2})) is None
+
+
+def test_a_stop_token_ends_the_run_before_it() -> None:
+    stop_at = IDS.index(IDS[5])  # the first occurrence of that token
+    params = SamplingParams(max_tokens=100, stop_token_ids=[IDS[5]])
+    run = JobRun(JobRequest(job_id="j", prompt="Once", params=params), b"1-0", PROMPT, TOK, "w")
+    events, final = _play(run, [IDS[i : i + 4] for i in range(0, len(IDS), 4)])
+    assert run.stopped and final.finish_reason == "stop"  # type: ignore[attr-defined]
+    assert final.token_ids == IDS[:stop_at]  # type: ignore[attr-defined]
+    assert "".join(e.text for e in events) == final.text == TOK.decode(IDS[:stop_at])  # type: ignore[attr-defined]

@@ -11,13 +11,14 @@ from shared.streams import ensure_group
 from worker.leases import JobWrite, Leases
 
 pytestmark = pytest.mark.anyio
+M = "tiny"  # the served model name of these tests' workers
 
 
 async def _pending_job(r: aioredis.Redis, job_id: str, consumer: str) -> bytes:
-    await ensure_group(r, keys.JOBS_STREAM, keys.JOBS_GROUP)
-    await r.hset(keys.job_key(job_id), jobs.STATUS, "queued")
-    entry_id: bytes = await r.xadd(keys.JOBS_STREAM, {b"m": b"job"})
-    await r.xreadgroup(keys.JOBS_GROUP, consumer, {keys.JOBS_STREAM: ">"})
+    await ensure_group(r, keys.jobs_stream(M), keys.JOBS_GROUP)
+    await r.hset(keys.job_key(M, job_id), jobs.STATUS, "queued")
+    entry_id: bytes = await r.xadd(keys.jobs_stream(M), {b"m": b"job"})
+    await r.xreadgroup(keys.JOBS_GROUP, consumer, {keys.jobs_stream(M): ">"})
     return entry_id
 
 
@@ -33,51 +34,54 @@ def _final(job_id: str) -> FinishEvent:
 
 async def test_only_the_newest_lease_writes(r: aioredis.Redis) -> None:
     entry = await _pending_job(r, "j", "w1")
-    old, new = Leases(r, "w1", 60), Leases(r, "w2", 60)
+    old, new = Leases(r, "w1", 60, model=M), Leases(r, "w2", 60, model=M)
     lease1, attempts1 = await old.start("j")
     assert (lease1, attempts1) == (1, 1)
     assert await old.write([JobWrite("j", lease1, entry, [_token("j", 0)])]) == [True]
     lease2, attempts2 = await new.start("j")  # w2 took the job over
     assert (lease2, attempts2) == (2, 2)
     assert await old.write([JobWrite("j", lease1, entry, [_token("j", 1)], _final("j"))]) == [False]
-    assert await r.xlen(keys.job_events("j")) == 1 and await r.hget(keys.job_key("j"), "status") == b"running"
+    assert (
+        await r.xlen(keys.job_events(M, "j")) == 1
+        and await r.hget(keys.job_key(M, "j"), "status") == b"running"
+    )
     assert await new.write([JobWrite("j", lease2, entry, [_token("j", 1)], _final("j"))]) == [True]
-    assert await r.hget(keys.job_key("j"), "status") == b"finished"
-    assert codec.decode(await r.hget(keys.job_key("j"), jobs.RESULT)) == _final("j")
+    assert await r.hget(keys.job_key(M, "j"), "status") == b"finished"
+    assert codec.decode(await r.hget(keys.job_key(M, "j"), jobs.RESULT)) == _final("j")
     # The result, the acknowledgement and the deletion of the entry are one step.
-    assert await r.xpending_range(keys.JOBS_STREAM, keys.JOBS_GROUP, "-", "+", 10) == []
-    assert await r.xlen(keys.JOBS_STREAM) == 0
+    assert await r.xpending_range(keys.jobs_stream(M), keys.JOBS_GROUP, "-", "+", 10) == []
+    assert await r.xlen(keys.jobs_stream(M)) == 0
     assert await new.start("j") == (0, 0)  # an ended job is not started again
 
 
 async def test_renewal_keeps_held_entries_and_reports_lost_ones(r: aioredis.Redis) -> None:
     held_entry = await _pending_job(r, "held", "w1")
     lost_entry = await _pending_job(r, "lost", "w1")
-    w1 = Leases(r, "w1", 60)
+    w1 = Leases(r, "w1", 60, model=M)
     held, _ = await w1.start("held")
     lost, _ = await w1.start("lost")
-    await Leases(r, "w2", 60).start("lost")
+    await Leases(r, "w2", 60, model=M).start("lost")
     got = await w1.renew([("held", held, held_entry), ("lost", lost, lost_entry)])
     assert got == ["lost"]
-    pending = await r.xpending_range(keys.JOBS_STREAM, keys.JOBS_GROUP, "-", "+", 10)
+    pending = await r.xpending_range(keys.jobs_stream(M), keys.JOBS_GROUP, "-", "+", 10)
     idle = {p["message_id"]: p["time_since_delivered"] for p in pending}
     assert idle[held_entry] < 1000
 
 
 async def test_a_cancelled_job_is_not_started(r: aioredis.Redis) -> None:
     await _pending_job(r, "c", "w1")
-    await r.set(keys.job_cancel("c"), b"1")
-    assert await Leases(r, "w1", 60).start("c") == (-1, 0)
+    await r.set(keys.job_cancel(M, "c"), b"1")
+    assert await Leases(r, "w1", 60, model=M).start("c") == (-1, 0)
 
 
 async def test_hand_back_makes_the_entry_claimable_at_once_without_counting_a_start(
     r: aioredis.Redis,
 ) -> None:
     entry = await _pending_job(r, "h", "w1")
-    w1 = Leases(r, "w1", 60)
+    w1 = Leases(r, "w1", 60, model=M)
     lease, _ = await w1.start("h")
     assert await w1.hand_back("h", lease, entry, idle_ms=60_000)
-    assert await r.hget(keys.job_key("h"), jobs.STATUS) == b"queued"
-    assert await r.hget(keys.job_key("h"), jobs.ATTEMPTS) == b"0"
-    claimed = await r.xautoclaim(keys.JOBS_STREAM, keys.JOBS_GROUP, "w2", min_idle_time=30_000)
+    assert await r.hget(keys.job_key(M, "h"), jobs.STATUS) == b"queued"
+    assert await r.hget(keys.job_key(M, "h"), jobs.ATTEMPTS) == b"0"
+    claimed = await r.xautoclaim(keys.jobs_stream(M), keys.JOBS_GROUP, "w2", min_idle_time=30_000)
     assert [eid for eid, _ in claimed[1]] == [entry]

@@ -33,23 +33,25 @@ from worker.service import WorkerService
 from worker.settings import WorkerSettings
 
 pytestmark = pytest.mark.anyio
+M = "tiny"  # the served model name of these tests' workers
 
 
 def _worker(
     r: aioredis.Redis, model_dir: Path, engine: Engine, prompts: PromptEncoder, **kw: object
 ) -> WorkerService:
     kw.setdefault("worker_id", "w1")
+    kw.setdefault("model_name", M)
     settings = WorkerSettings(model_dir=str(model_dir), **kw)  # type: ignore[arg-type]
     return WorkerService(settings, engine=engine, prompts=prompts, redis=r)
 
 
 async def _enqueue(r: aioredis.Redis, job: JobRequest) -> None:
-    await r.hset(keys.job_key(job.job_id), mapping={jobs.STATUS: "queued"})
-    await r.xadd(keys.JOBS_STREAM, codec.entry(job))
+    await r.hset(keys.job_key(M, job.job_id), mapping={jobs.STATUS: "queued"})
+    await r.xadd(keys.jobs_stream(M), codec.entry(job))
 
 
 async def _events(r: aioredis.Redis, job_id: str) -> list[Message]:
-    return [codec.from_entry(f) for _, f in await r.xrange(keys.job_events(job_id))]
+    return [codec.from_entry(f) for _, f in await r.xrange(keys.job_events(M, job_id))]
 
 
 async def _drain(w: WorkerService) -> None:
@@ -58,7 +60,7 @@ async def _drain(w: WorkerService) -> None:
 
 
 async def _pending(r: aioredis.Redis) -> int:
-    return len(await r.xpending_range(keys.JOBS_STREAM, keys.JOBS_GROUP, "-", "+", 100))
+    return len(await r.xpending_range(keys.jobs_stream(M), keys.JOBS_GROUP, "-", "+", 100))
 
 
 async def test_jobs_complete_exactly_and_malformed_entries_are_dead_lettered(
@@ -68,9 +70,9 @@ async def test_jobs_complete_exactly_and_malformed_entries_are_dead_lettered(
     for i, text in enumerate(texts):
         await _enqueue(r, JobRequest(job_id=f"j{i}", prompt=text, params=SamplingParams(max_tokens=8 + i)))
         if i == 0:  # garbage in the middle of the stream must not stop the worker
-            await r.xadd(keys.JOBS_STREAM, {b"m": b"\xc1 not msgpack"})
+            await r.xadd(keys.jobs_stream(M), {b"m": b"\xc1 not msgpack"})
             bad = msgpack.packb({"v": 1, "t": "job", "d": {"job_id": "jbad", "prompt": 5}})
-            await r.xadd(keys.JOBS_STREAM, {b"m": bad})
+            await r.xadd(keys.jobs_stream(M), {b"m": bad})
     w = _worker(r, model_dir, engine, prompts)
     await _drain(w)
     for i, text in enumerate(texts):
@@ -81,8 +83,8 @@ async def test_jobs_complete_exactly_and_malformed_entries_are_dead_lettered(
         assert final.token_ids == expected
         assert [t for e in events if isinstance(e, TokenEvent) for t in e.token_ids] == expected
         assert "".join(e.text for e in events if isinstance(e, TokenEvent)) == final.text
-        assert await r.hget(keys.job_key(f"j{i}"), jobs.STATUS) == b"finished"
-    dead = [f for _, f in await r.xrange(keys.DEAD_LETTER_STREAM)]
+        assert await r.hget(keys.job_key(M, f"j{i}"), jobs.STATUS) == b"finished"
+    dead = [f for _, f in await r.xrange(keys.dead_letter_stream(M))]
     assert len(dead) == 2 and all(f[b"reason"].startswith(b"malformed entry") for f in dead)
     (err,) = await _events(r, "jbad")
     assert isinstance(err, ErrorEvent) and err.code == "dead_letter"
@@ -95,7 +97,7 @@ async def test_redelivered_finished_job_is_only_acked(
     r: aioredis.Redis, model_dir: Path, engine: Engine, prompts: PromptEncoder
 ) -> None:
     await _enqueue(r, JobRequest(job_id="done", prompt="x"))
-    await r.hset(keys.job_key("done"), jobs.STATUS, "finished")
+    await r.hset(keys.job_key(M, "done"), jobs.STATUS, "finished")
     await _drain(_worker(r, model_dir, engine, prompts))
     assert await _events(r, "done") == [] and await _pending(r) == 0
 
@@ -104,22 +106,22 @@ async def test_job_cancelled_before_start_is_skipped(
     r: aioredis.Redis, model_dir: Path, engine: Engine, prompts: PromptEncoder
 ) -> None:
     await _enqueue(r, JobRequest(job_id="c", prompt="x"))
-    await r.set(keys.job_cancel("c"), b"1")
+    await r.set(keys.job_cancel(M, "c"), b"1")
     await _drain(_worker(r, model_dir, engine, prompts))
     (final,) = await _events(r, "c")
     assert isinstance(final, FinishEvent) and final.finish_reason == "cancelled" and final.token_ids == []
-    assert await r.hget(keys.job_key("c"), jobs.STATUS) == b"cancelled"
+    assert await r.hget(keys.job_key(M, "c"), jobs.STATUS) == b"cancelled"
 
 
 async def test_job_past_its_delivery_limit_is_dead_lettered_and_the_client_told(
     r: aioredis.Redis, model_dir: Path, engine: Engine, prompts: PromptEncoder
 ) -> None:
     await _enqueue(r, JobRequest(job_id="poison", prompt="x"))
-    await r.hset(keys.job_key("poison"), jobs.ATTEMPTS, 3)
+    await r.hset(keys.job_key(M, "poison"), jobs.ATTEMPTS, 3)
     await _drain(_worker(r, model_dir, engine, prompts, max_deliveries=3))
     (err,) = await _events(r, "poison")
     assert isinstance(err, ErrorEvent) and err.code == "dead_letter" and "3 times" in err.message
-    ((_, dead),) = await r.xrange(keys.DEAD_LETTER_STREAM)
+    ((_, dead),) = await r.xrange(keys.dead_letter_stream(M))
     assert b"3 times" in dead[b"reason"] and await _pending(r) == 0
 
 
@@ -130,18 +132,18 @@ async def test_a_job_on_its_last_delivery_runs_with_no_batch_mates(
         r, JobRequest(job_id="a", prompt="x", params=SamplingParams(max_tokens=30, ignore_eos=True))
     )
     await _enqueue(r, JobRequest(job_id="last", prompt="y", params=SamplingParams(max_tokens=5)))
-    await r.hset(keys.job_key("last"), jobs.ATTEMPTS, 2)  # two workers died running it
+    await r.hset(keys.job_key(M, "last"), jobs.ATTEMPTS, 2)  # two workers died running it
     await _enqueue(r, JobRequest(job_id="b", prompt="z", params=SamplingParams(max_tokens=5)))
     await _drain(_worker(r, model_dir, engine, prompts, max_deliveries=3))
 
     async def span(job_id: str) -> tuple[bytes, bytes]:
-        entries = await r.xrange(keys.job_events(job_id))
+        entries = await r.xrange(keys.job_events(M, job_id))
         tokens = [eid for eid, f in entries if isinstance(codec.from_entry(f), TokenEvent)]
         return tokens[0], entries[-1][0]
 
     (_, a_end), (last_first, last_end), (b_first, _) = [await span(j) for j in ("a", "last", "b")]
     assert a_end < last_first and last_end < b_first  # nothing else ran while it did
-    assert all([await r.hget(keys.job_key(j), jobs.STATUS) == b"finished" for j in ("a", "last", "b")])
+    assert all([await r.hget(keys.job_key(M, j), jobs.STATUS) == b"finished" for j in ("a", "last", "b")])
 
 
 async def test_bad_prompt_fails_the_job_only(
@@ -152,17 +154,19 @@ async def test_bad_prompt_fails_the_job_only(
     await _drain(_worker(r, model_dir, engine, prompts))
     (err,) = await _events(r, "bad")
     assert isinstance(err, ErrorEvent) and err.code == "bad_request"
-    assert await r.hget(keys.job_key("ok"), jobs.STATUS) == b"finished"
+    assert await r.hget(keys.job_key(M, "ok"), jobs.STATUS) == b"finished"
 
 
 async def _crashed_first_attempt(r: aioredis.Redis, job: JobRequest, sent: list[TokenEvent]) -> None:
     """Job ``job`` as a first attempt on w1 left it: started, ``sent`` events out, pending."""
-    await ensure_group(r, keys.JOBS_STREAM, keys.JOBS_GROUP)
+    await ensure_group(r, keys.jobs_stream(M), keys.JOBS_GROUP)
     await _enqueue(r, job)
-    await r.hset(keys.job_key(job.job_id), mapping={jobs.ATTEMPTS: 1, jobs.LEASE: 1})
-    await r.xreadgroup(keys.JOBS_GROUP, "w1", {keys.JOBS_STREAM: ">"}, count=1)
+    await r.hset(keys.job_key(M, job.job_id), mapping={jobs.ATTEMPTS: 1, jobs.LEASE: 1})
+    await r.xreadgroup(keys.JOBS_GROUP, "w1", {keys.jobs_stream(M): ">"}, count=1)
     for ev in sent:
-        await r.xadd(keys.job_events(job.job_id), codec.entry(ev.model_copy(update={"job_id": job.job_id})))
+        await r.xadd(
+            keys.job_events(M, job.job_id), codec.entry(ev.model_copy(update={"job_id": job.job_id}))
+        )
 
 
 def _positions(events: list[Message]) -> list[int]:
@@ -219,14 +223,14 @@ async def test_a_job_taken_over_by_another_worker_gets_no_more_writes(
             while len(await _events(r, "f")) < 3:
                 await anyio.sleep(0.02)
             # Another worker starts the job (it took the entry over): the lease moves on.
-            lease, _ = await Leases(r, "w2", 3600).start("f")
-            written = await r.xlen(keys.job_events("f"))
+            lease, _ = await Leases(r, "w2", 3600, model=M).start("f")
+            written = await r.xlen(keys.job_events(M, "f"))
             while w.jobs_lost == 0:
                 await anyio.sleep(0.02)
             tg.cancel_scope.cancel()
-    assert lease == 2 and await r.xlen(keys.job_events("f")) == written
+    assert lease == 2 and await r.xlen(keys.job_events(M, "f")) == written
     assert "f" not in w.running and not engine.has_unfinished()
-    assert await r.hget(keys.job_key("f"), jobs.WORKER) == b"w2"
+    assert await r.hget(keys.job_key(M, "f"), jobs.WORKER) == b"w2"
 
 
 async def test_drain_hands_running_jobs_back_and_another_worker_finishes_them(
@@ -242,22 +246,22 @@ async def test_drain_hands_running_jobs_back_and_another_worker_finishes_them(
             while len(await _events(r, "d")) < 3:
                 await anyio.sleep(0.01)
             first.request_stop()
-    assert await r.hget(keys.job_key("d"), jobs.STATUS) == b"queued"
-    assert await r.hget(keys.job_key("d"), jobs.ATTEMPTS) == b"0"
-    ((pending,),) = [await r.xpending_range(keys.JOBS_STREAM, keys.JOBS_GROUP, "-", "+", 10)]
+    assert await r.hget(keys.job_key(M, "d"), jobs.STATUS) == b"queued"
+    assert await r.hget(keys.job_key(M, "d"), jobs.ATTEMPTS) == b"0"
+    ((pending,),) = [await r.xpending_range(keys.jobs_stream(M), keys.JOBS_GROUP, "-", "+", 10)]
     assert pending["consumer"] == b"handed-back"
     second = _worker(r, model_dir, engine, prompts, worker_id="w2", block_ms=100, claim_idle_s=30.0)
     with anyio.fail_after(60):
         async with anyio.create_task_group() as tg:
             tg.start_soon(second.run)
-            while await r.hget(keys.job_key("d"), jobs.STATUS) != b"finished":
+            while await r.hget(keys.job_key(M, "d"), jobs.STATUS) != b"finished":
                 await anyio.sleep(0.02)
             tg.cancel_scope.cancel()
     events = await _events(r, "d")
     final = events[-1]
     assert isinstance(final, FinishEvent) and final.token_ids == expected
     assert _positions(events) == list(range(len(expected))) and await _pending(r) == 0
-    assert await r.xlen(keys.JOBS_STREAM) == 0  # the answered entry left the stream
+    assert await r.xlen(keys.jobs_stream(M)) == 0  # the answered entry left the stream
 
 
 async def test_job_writes_survive_redis_errors(
@@ -287,7 +291,7 @@ async def test_orphans_of_a_dead_worker_are_taken_before_new_jobs(
     w = _worker(r, model_dir, engine, prompts, max_jobs=1, claim_idle_s=0.001, renew_s=0.0001)
     await w._start()
     await _enqueue(r, JobRequest(job_id="orphan", prompt="x"))
-    await r.xreadgroup(keys.JOBS_GROUP, "dead", {keys.JOBS_STREAM: ">"}, count=1)
+    await r.xreadgroup(keys.JOBS_GROUP, "dead", {keys.jobs_stream(M): ">"}, count=1)
     await _enqueue(r, JobRequest(job_id="new", prompt="x"))
     await anyio.sleep(0.01)  # the orphan's idle time passes the (tiny) claim limit
     await w._intake_iteration()
@@ -350,9 +354,9 @@ async def test_running_job_is_cancelled_mid_generation(
             tg.start_soon(w.run)
             while len(await _events(r, "long")) < 3:  # started and producing tokens
                 await anyio.sleep(0.02)
-            await r.set(keys.job_cancel("long"), b"1")
-            await r.xadd(keys.CANCEL_STREAM, codec.entry(CancelRequest(job_id="long")))
-            while (status := await r.hget(keys.job_key("long"), jobs.STATUS)) == b"running":
+            await r.set(keys.job_cancel(M, "long"), b"1")
+            await r.xadd(keys.cancel_stream(M), codec.entry(CancelRequest(job_id="long")))
+            while (status := await r.hget(keys.job_key(M, "long"), jobs.STATUS)) == b"running":
                 await anyio.sleep(0.02)
             tg.cancel_scope.cancel()
     final = (await _events(r, "long"))[-1]

@@ -10,13 +10,14 @@ from worker.engine.api import StepStats
 from worker.telemetry import TelemetryPublisher
 
 pytestmark = pytest.mark.anyio
+M = "tiny"  # the served model name of these tests' workers
 
 
 async def test_step_telemetry_carries_queue_depth_and_decision(r: aioredis.Redis) -> None:
-    await ensure_group(r, keys.JOBS_STREAM, keys.JOBS_GROUP)
+    await ensure_group(r, keys.jobs_stream(M), keys.JOBS_GROUP)
     for i in range(3):
-        await r.xadd(keys.JOBS_STREAM, codec.entry(JobRequest(job_id=f"j{i}", prompt="x")))
-    pub = TelemetryPublisher(r, "w1", lag_refresh_s=0.0)
+        await r.xadd(keys.jobs_stream(M), codec.entry(JobRequest(job_id=f"j{i}", prompt="x")))
+    pub = TelemetryPublisher(r, "w1", lag_refresh_s=0.0, model=M)
     stats = StepStats(step=9, batch_size=2, num_tokens=2, waiting=4, step_time=0.01, running=2)
     sent = await pub.publish(stats, decision_version=7, fallback=True)
     ((_, fields),) = await r.xrange(keys.TELEMETRY_STREAM)
@@ -27,7 +28,7 @@ async def test_step_telemetry_carries_queue_depth_and_decision(r: aioredis.Redis
 
 
 async def test_idle_heartbeat_is_a_zero_batch_step(r: aioredis.Redis) -> None:
-    pub = TelemetryPublisher(r, "w1", lag_refresh_s=60.0)
+    pub = TelemetryPublisher(r, "w1", lag_refresh_s=60.0, model=M)
     t = await pub.publish(StepStats(), decision_version=0, fallback=False)
     assert t.batch_size == 0 and t.queue_depth == 0
 
@@ -44,7 +45,7 @@ async def test_every_step_stat_reaches_the_planner(r: aioredis.Redis) -> None:
         memory_events=[MemoryEvent(kind="offload", seconds=0.2, bytes=1024, from_blocks=9, to_blocks=20)],
         failed=1,
     )  # fmt: skip
-    sent = await TelemetryPublisher(r, "w1", lag_refresh_s=60.0).publish(
+    sent = await TelemetryPublisher(r, "w1", lag_refresh_s=60.0, model=M).publish(
         stats, decision_version=4, fallback=False
     )
     assert issubclass(Telemetry, StepStats)  # one list of fields: Telemetry is a StepStats

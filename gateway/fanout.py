@@ -1,0 +1,159 @@
+"""Following a request whose choices are several jobs (``n`` > 1, a list of prompts).
+
+Each choice is one job; the answer gathers them in choice order. The same promises as a
+single job's (gateway/follow.py): a client that leaves, or a deadline that passes, cancels
+every unfinished job; a stream's headers wait for the first event, so a refused request is
+a 4xx JSON error; a choice that fails ends the request with its error (the others are
+cancelled); every stream ends with ``data: [DONE]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import anyio
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+from redis.exceptions import RedisError
+
+from gateway import sse
+from gateway.errors import APIError, error_body, error_status, store_down
+from gateway.follow import ClientGone, _error_response, _race, _timeout, cancel_quietly
+from gateway.responses import ResponseBuilder
+from gateway.store import JobStore
+from shared.errors import ErrorCode
+from shared.schemas import ErrorEvent, FinishEvent, Message, TokenEvent
+
+Event = tuple[int, Message] | None
+
+
+async def _cancel_all(store: JobStore, job_ids: list[str], done: set[int]) -> None:
+    for i, job_id in enumerate(job_ids):
+        if i not in done:
+            await cancel_quietly(store, job_id)
+
+
+async def complete(request: Request, store: JobStore, job_ids: list[str], out: ResponseBuilder) -> Response:
+    """The whole answer: every choice's final event, in order."""
+    timeout_s = store.settings.request_timeout_s
+    finals: dict[int, FinishEvent | ErrorEvent] = {}
+
+    async def gather() -> None:
+        async for ev in store.events_many(job_ids, block_s=store.settings.keepalive_s):
+            if ev is None:
+                continue
+            i, msg = ev
+            if isinstance(msg, FinishEvent | ErrorEvent):
+                finals[i] = msg
+                if isinstance(msg, ErrorEvent):
+                    return
+        return
+
+    try:
+        await _race(request, gather, timeout_s)
+    except ClientGone:
+        await _cancel_all(store, job_ids, set(finals))
+        return Response(status_code=499)
+    except TimeoutError:
+        await _cancel_all(store, job_ids, set(finals))
+        raise _timeout(job_ids[0], timeout_s) from None
+    failed = [f for f in finals.values() if isinstance(f, ErrorEvent)]
+    if failed or len(finals) < len(job_ids):
+        await _cancel_all(store, job_ids, set(finals))
+        err = failed[0] if failed else _lost(job_ids[0])
+        return _error_response(err)
+    ordered = [finals[i] for i in range(len(job_ids))]
+    return JSONResponse(out.full([f for f in ordered if isinstance(f, FinishEvent)]))
+
+
+def _lost(job_id: str) -> ErrorEvent:
+    return ErrorEvent(job_id=job_id, code=ErrorCode.INTERNAL.value, message="a choice ended without a result")
+
+
+async def stream(request: Request, store: JobStore, job_ids: list[str], out: ResponseBuilder) -> Response:
+    """A streamed answer whose chunks carry their choice's index; the headers wait for the
+    first event of any choice."""
+    timeout_s = store.settings.request_timeout_s
+    until = anyio.current_time() + timeout_s
+    events = store.events_many(job_ids, block_s=store.settings.keepalive_s, until=until)
+
+    async def first() -> tuple[int, Message] | None:
+        async for ev in events:
+            if ev is not None:
+                return ev
+            if anyio.current_time() >= until:
+                raise TimeoutError
+        return None
+
+    try:
+        got = await _race(request, first, timeout_s)
+    except ClientGone:
+        await _cancel_all(store, job_ids, set())
+        return Response(status_code=499)
+    except TimeoutError:
+        await _cancel_all(store, job_ids, set())
+        raise _timeout(job_ids[0], timeout_s) from None
+    if got is None:
+        return _error_response(_lost(job_ids[0]))
+    if isinstance(got[1], ErrorEvent):
+        await _cancel_all(store, job_ids, {got[0]})
+        return _error_response(got[1])
+    return sse.response(_chunks(store, job_ids, out, got, events, until, timeout_s))
+
+
+async def _chunks(
+    store: JobStore,
+    job_ids: list[str],
+    out: ResponseBuilder,
+    head: tuple[int, Message],
+    rest: AsyncIterator[Event],
+    until: float,
+    timeout_s: float,
+) -> AsyncIterator[str]:
+    done: set[int] = set()
+    finals: dict[int, FinishEvent] = {}
+
+    async def chain() -> AsyncIterator[Event]:
+        yield head
+        async for ev in rest:
+            yield ev
+
+    try:
+        for i in range(len(job_ids)):
+            echoed = out.echo_chunk(i)
+            if echoed is not None:
+                yield sse.data(echoed)
+        async for ev in chain():
+            if ev is None:
+                if anyio.current_time() >= until:
+                    yield sse.data(_timeout(job_ids[0], timeout_s).body())
+                    yield sse.DONE
+                    return  # finally cancels the rest
+                yield sse.KEEPALIVE
+                continue
+            i, msg = ev
+            out.observe(i, msg)
+            if isinstance(msg, TokenEvent) and msg.text:
+                yield sse.data(out.chunk(msg.text, None, i))
+            elif isinstance(msg, FinishEvent):
+                done.add(i)
+                finals[i] = msg
+                yield sse.data(out.chunk("", msg.finish_reason, i))
+            elif isinstance(msg, ErrorEvent):
+                done.add(i)
+                yield sse.data(error_body(error_status(msg.code), msg.message, code=msg.code))
+                yield sse.DONE
+                return
+            if len(finals) == len(job_ids):
+                if out.include_usage:
+                    yield sse.data(out.usage_chunk([finals[k] for k in range(len(job_ids))]))
+                yield sse.DONE
+                return
+        err = APIError.of(ErrorCode.INTERNAL, "a choice ended without a result")
+        yield sse.data(err.body())
+        yield sse.DONE
+    except (RedisError, OSError) as exc:
+        yield sse.data(store_down(exc).body())
+        yield sse.DONE
+    finally:
+        await _cancel_all(store, job_ids, done)
