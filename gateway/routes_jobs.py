@@ -135,7 +135,8 @@ async def submit(
         )
     data = []
     for i, one in enumerate(body):
-        key = None if idempotency_key is None else f"{idempotency_key}\n{i}"
+        # Job i of a keyed list is the key's job "<key>#<i>": a retry of the list finds them all.
+        key = None if idempotency_key is None else f"{idempotency_key}#{i}"
         got = await _submit_one(request, one, key)
         data.append({"id": got.job_id, "status": got.status})
     return JSONResponse({"object": "list", "data": data}, status_code=202)

@@ -1,6 +1,7 @@
 """One connection factory for every service.
 
-``redis://host:port/db`` gives a real ``redis.asyncio`` client; ``memory://`` gives a
+``redis://host:port/db`` gives a real ``redis.asyncio`` client (``redis+sentinel://`` the
+master of a Sentinel service, ``redis+cluster://`` a Redis Cluster client); ``memory://`` gives a
 fakeredis client on one process-wide ``FakeServer``: the zero-setup default, with which
 ``nightjar up`` runs the gateway, planner and worker in one process.
 """
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
+from urllib.parse import unquote, urlsplit
 
 import redis.asyncio as aioredis
 
@@ -69,4 +71,63 @@ def connect(url: str | None = None) -> aioredis.Redis:
             health_check_interval=30,
         )
         return aioredis.Redis(connection_pool=pool)
-    raise ValueError(f"unsupported Redis URL {url!r}: use redis://host:port/db or memory://")
+    if url.startswith("redis+sentinel://"):
+        return _sentinel(url)
+    if url.startswith(("redis+cluster://", "rediss+cluster://")):
+        return _cluster(url)
+    raise ValueError(
+        f"unsupported Redis URL {url!r}: use redis://host:port/db, redis+sentinel://host:port[,host:port]"
+        "/service[/db], redis+cluster://host:port[,host:port] or memory://"
+    )
+
+
+def _hosts(netloc: str) -> tuple[str | None, list[tuple[str, int]]]:
+    """(password, [(host, port)]) of ``[:password@]host:port[,host:port...]``."""
+    auth, _, hosts = netloc.rpartition("@")
+    password = unquote(auth.partition(":")[2]) if auth else None
+    out = []
+    for part in hosts.split(","):
+        host, _, port = part.strip().rpartition(":")
+        out.append((host or part.strip(), int(port) if host else 6379))
+    return password or None, out
+
+
+def _sentinel(url: str) -> aioredis.Redis:
+    """``redis+sentinel://[:password@]host:port[,host:port]/service[/db]``: the service's
+    master as Sentinel reports it (failovers followed on reconnect)."""
+    from redis.asyncio.sentinel import Sentinel
+
+    parts = urlsplit(url)
+    password, hosts = _hosts(parts.netloc)
+    path = [p for p in parts.path.split("/") if p]
+    if not path:
+        raise ValueError(f"{url!r}: name the Sentinel service: redis+sentinel://host:port/service[/db]")
+    db = int(path[1]) if len(path) > 1 else 0
+    sentinel = Sentinel(hosts, socket_timeout=None, sentinel_kwargs={"password": password})
+    return sentinel.master_for(
+        path[0],
+        redis_class=aioredis.Redis,
+        db=db,
+        password=password,
+        decode_responses=False,
+        socket_timeout=None,
+        health_check_interval=30,
+    )
+
+
+def _cluster(url: str) -> aioredis.Redis:
+    """``redis+cluster://[:password@]host:port[,host:port]``: a Redis Cluster client. Every
+    script and transaction of Nightjar touches one hash tag (``shared.keys``): one slot."""
+    from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+    parts = urlsplit(url)
+    password, hosts = _hosts(parts.netloc)
+    client = RedisCluster(
+        startup_nodes=[ClusterNode(h, p) for h, p in hosts],
+        password=password,
+        ssl=url.startswith("rediss+"),
+        decode_responses=False,
+        socket_timeout=None,
+        max_connections=int(os.environ.get(MAX_CONNECTIONS_VAR, DEFAULT_MAX_CONNECTIONS)),
+    )
+    return cast(aioredis.Redis, client)

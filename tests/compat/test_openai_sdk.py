@@ -1,0 +1,122 @@
+"""The official ``openai`` SDK, unchanged, against the real gateway (skipped without it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+from gateway.app import create_app
+from gateway.settings import GatewaySettings
+from nightjar.runner import http_server, run_services
+from planner.service import PlannerService
+from planner.settings import PlannerSettings
+from shared.connection import reset_fake_server
+from tests.e2e.conftest import free_port, poll
+from tests.tiny_models import reference_greedy
+from worker.service import WorkerService
+from worker.settings import WorkerSettings
+
+openai = pytest.importorskip("openai")
+pytestmark = pytest.mark.anyio
+
+
+async def _ready(base: str) -> bool:
+    try:
+        async with httpx.AsyncClient() as c:
+            return (await c.get(base + "/health/ready")).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+async def _check(client: openai.AsyncOpenAI, model_dir: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    name = model_dir.name
+    models = await client.models.list()
+    assert [m.id for m in models.data] == [name]
+    card = await client.models.retrieve(name)
+    max_len = int(card.model_extra["max_model_len"])  # type: ignore[index]
+    assert max_len > 0
+
+    # Completions: greedy text equals the target's own, the SDK's typed objects parse.
+    prompt = "Once upon a time"
+    expected = tok.decode(reference_greedy(model_dir, tok(prompt)["input_ids"], 8), skip_special_tokens=True)
+    done = await client.completions.create(model=name, prompt=prompt, max_tokens=8, temperature=0)
+    assert done.choices[0].text == expected and done.usage is not None and done.usage.completion_tokens == 8
+
+    # Streaming with usage; unknown fields (extra_body) are ignored.
+    stream = await client.completions.create(
+        model=name,
+        prompt=prompt,
+        max_tokens=8,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"some_future_field": 1, "top_k": -1},
+    )
+    text, usage = "", None
+    async for chunk in stream:
+        text += "".join(c.text for c in chunk.choices)
+        usage = chunk.usage or usage
+    assert text == expected and usage is not None and usage.total_tokens == usage.prompt_tokens + 8
+
+    # n and a list of prompts: choices in order.
+    many = await client.completions.create(
+        model=name, prompt=[prompt, "Redis"], n=2, max_tokens=4, temperature=0
+    )
+    assert [c.index for c in many.choices] == [0, 1, 2, 3]
+    assert many.choices[0].text == many.choices[1].text == expected[: len(many.choices[0].text)]
+
+    # Chat, plain and streamed.
+    msgs = [{"role": "user", "content": "hi"}]
+    chat = await client.chat.completions.create(model=name, messages=msgs, max_tokens=4, temperature=0)  # type: ignore[arg-type]
+    assert chat.choices[0].message.role == "assistant" and chat.usage and chat.usage.completion_tokens == 4
+    chunks = await client.chat.completions.create(
+        model=name,
+        messages=msgs,
+        max_tokens=4,
+        temperature=0,
+        stream=True,
+        n=2,  # type: ignore[arg-type]
+    )
+    per_choice: dict[int, str] = {}
+    async for chunk in chunks:
+        for c in chunk.choices:
+            per_choice[c.index] = per_choice.get(c.index, "") + (c.delta.content or "")
+    assert per_choice[0] == per_choice[1] == chat.choices[0].message.content
+
+    # Typed errors: an unknown model is a NotFoundError, too long a request a BadRequestError.
+    with pytest.raises(openai.NotFoundError) as nf:
+        await client.completions.create(model="no-such-model", prompt="x", max_tokens=1)
+    assert nf.value.code == "model_not_found"
+    with pytest.raises(openai.BadRequestError) as bad:
+        await client.completions.create(model=name, prompt="x", max_tokens=max_len + 1)
+    assert bad.value.code == "context_length_exceeded" and "maximum context length" in str(bad.value)
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.completions.create(model=name, prompt="x", max_tokens=1, best_of=2)
+    assert refused.value.param == "best_of"
+
+
+async def test_the_openai_sdk_against_the_gateway(model_dir: Path) -> None:
+    reset_fake_server()
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    worker = WorkerService(
+        WorkerSettings(model_dir=str(model_dir), worker_id="compat", block_ms=200, engine={"num_blocks": 256})
+    )
+    planner = PlannerService(PlannerSettings(block_ms=200))
+    server = http_server(create_app(GatewaySettings()), "127.0.0.1", port, "warning")
+    with anyio.fail_after(180):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_services, [worker.run, planner.run], server)
+            await poll(lambda: _ready(base), 60, "the gateway and its worker")
+            client = openai.AsyncOpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=60)
+            try:
+                await _check(client, model_dir)
+            finally:
+                await client.close()
+            server.should_exit = True
