@@ -85,3 +85,26 @@ async def test_hand_back_makes_the_entry_claimable_at_once_without_counting_a_st
     assert await r.hget(keys.job_key(M, "h"), jobs.ATTEMPTS) == b"0"
     claimed = await r.xautoclaim(keys.jobs_stream(M), keys.JOBS_GROUP, "w2", min_idle_time=30_000)
     assert [eid for eid, _ in claimed[1]] == [entry]
+
+
+async def test_one_batch_writes_the_held_jobs_and_skips_the_lost_one(r: aioredis.Redis) -> None:
+    entries = {j: await _pending_job(r, j, "w1") for j in ("a", "b", "c")}
+    w1 = Leases(r, "w1", 60, model=M)
+    leases = {j: (await w1.start(j))[0] for j in entries}
+    await Leases(r, "w2", 60, model=M).start("b")  # b was taken over
+    batch = [
+        JobWrite("a", leases["a"], entries["a"], [_token("a", 0), _token("a", 1)]),
+        JobWrite("b", leases["b"], entries["b"], [_token("b", 0)], _final("b")),
+        JobWrite("c", leases["c"], entries["c"], [], _final("c")),
+    ]
+    assert await w1.write(batch) == [True, False, True]
+    assert [await r.xlen(keys.job_events(M, j)) for j in "abc"] == [2, 0, 1]
+    assert [await r.hget(keys.job_key(M, j), jobs.STATUS) for j in "abc"] == [
+        b"running",
+        b"running",
+        b"finished",
+    ]
+    pending = {
+        p["message_id"] for p in await r.xpending_range(keys.jobs_stream(M), keys.JOBS_GROUP, "-", "+", 10)
+    }
+    assert pending == {entries["a"], entries["b"]}
