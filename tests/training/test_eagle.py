@@ -104,8 +104,8 @@ def test_train_eagle_end_to_end_on_a_tiny_target(tmp_path: Path) -> None:
         assert 1.0 <= e <= 5.0
         from training.checkpoint import load_model
 
-        embed = load_model(target).get_input_embeddings().weight.detach()
-        head = load_head(d, embed)
+        tm = load_model(target)
+        head = load_head(d, tm.model.embed_tokens.weight.detach(), tm.lm_head.weight.detach())
         assert head.vocab_ids.numel() == 64
     # The second run (one head) finds every set it needs in the cache and generates nothing.
     again: list[str] = []
