@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 import redis.asyncio as aioredis
 from fastapi import FastAPI
 
-from gateway import errors, health, routes_admin, routes_jobs, routes_openai
+from gateway import errors, health, routes_admin, routes_batches, routes_jobs, routes_openai
 from gateway.auth import Guard
 from gateway.limits import Limits
 from gateway.settings import GatewaySettings
@@ -45,6 +45,7 @@ def create_app(settings: GatewaySettings, redis: aioredis.Redis | None = None) -
     app.include_router(health.router)
     app.include_router(routes_jobs.router)
     app.include_router(routes_openai.router)
+    app.include_router(routes_batches.router)
     app.include_router(routes_admin.router)
     # add_middleware wraps what is there: the last added runs first.
     app.add_middleware(Guard, settings=settings)

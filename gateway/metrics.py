@@ -114,11 +114,13 @@ class MeteredStore(JobStore):
         self._submitted: OrderedDict[str, float] = OrderedDict()
         self._observed: OrderedDict[str, None] = OrderedDict()
 
-    async def submit(self, job: JobRequest, *, owner: str, fingerprint: str) -> Submitted:
+    async def submit(
+        self, job: JobRequest, *, owner: str, fingerprint: str, max_queue: int | None = None
+    ) -> Submitted:
         rid = REQUEST_ID.get()
         if job.request_id is None and rid is not None:
             job = job.model_copy(update={"request_id": rid})
-        got = await super().submit(job, owner=owner, fingerprint=fingerprint)
+        got = await super().submit(job, owner=owner, fingerprint=fingerprint, max_queue=max_queue)
         if got.created:
             _remember(self._submitted, job.job_id, job.created_at)
         return got

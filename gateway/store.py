@@ -22,12 +22,13 @@ import redis.asyncio as aioredis
 
 from gateway.admission import METADATA, MODEL, OWNER, Admission
 from gateway.errors import APIError
+from gateway.hub import EventHub, Subscription
 from gateway.ids import job_not_found, valid_job_id
 from gateway.settings import GatewaySettings
 from shared import codec, jobs, keys
 from shared.errors import ErrorCode
 from shared.schemas import CancelRequest, Decision, ErrorEvent, FinishEvent, JobRequest, Message, WorkerInfo
-from shared.streams import entries, group_load, id_str
+from shared.streams import group_load, id_str
 
 CANCEL_MAXLEN = 10_000  # cancellations are only read live; a short history suffices
 WORKERS_CACHE_S = 1.0  # how long a read of the worker registry answers admission checks
@@ -63,6 +64,7 @@ class JobStore:
         self.settings = settings
         self.max_queue = settings.max_queue
         self._admission = Admission(r)
+        self.hub = EventHub(r)
         self._workers: tuple[float, list[WorkerInfo]] = (0.0, [])
         self._models: OrderedDict[str, str] = OrderedDict()
 
@@ -112,7 +114,9 @@ class JobStore:
                 )
         self._remember(job.job_id, job.model)
 
-    async def submit(self, job: JobRequest, *, owner: str, fingerprint: str) -> Submitted:
+    async def submit(
+        self, job: JobRequest, *, owner: str, fingerprint: str, max_queue: int | None = None
+    ) -> Submitted:
         """Enqueue ``job`` atomically (429 past the backlog limit); an unseeded sampling job
         gets a seed so that a re-run after a worker failure reproduces the tokens a client
         already saw. An id already taken by the same owner with the same fingerprint is the
@@ -122,16 +126,17 @@ class JobStore:
                 update={"params": job.params.model_copy(update={"seed": secrets.randbits(63)})}
             )
         await self._claim_id(job)
+        limit = self.max_queue if max_queue is None else max_queue
         got = await self._admission.submit(
             job,
-            max_queue=self.max_queue,
+            max_queue=limit,
             ttl_s=self.settings.result_ttl_s,
             owner=owner,
             fingerprint=fingerprint,
         )
         if got.outcome == "full":
             raise APIError.of(
-                ErrorCode.QUEUE_FULL, f"server busy: {got.load} jobs queued (limit {self.max_queue})"
+                ErrorCode.QUEUE_FULL, f"server busy: {got.load} jobs queued (limit {limit})"
             )
         if got.outcome == "exists":
             if got.owner != owner or got.fingerprint != fingerprint:
@@ -215,13 +220,22 @@ class JobStore:
             return
         stream = keys.job_events(model, job_id)
         ended = await self._ended(job_id)
+        sub = self.hub.subscribe(model, stream)  # one blocked read for all followed streams
+        try:
+            async for item in self._follow(job_id, sub, after, ended, block_s, until):
+                yield item
+        finally:
+            sub.close()
+
+    async def _follow(
+        self, job_id: str, sub: Subscription, after: str, ended: bool, block_s: float, until: float | None
+    ) -> AsyncIterator[StoredEvent | None]:
         while True:
             block: int | None = None
             if not ended:
                 wait_s = block_s if until is None else min(block_s, until - anyio.current_time())
                 block = max(1, int(wait_s * 1000))
-            resp = await self.r.xread({stream: after}, count=256, block=block)
-            got = entries(resp)
+            got = await sub.read(after, block)
             if not got:
                 if ended:
                     return  # over, and nothing after the cursor

@@ -63,9 +63,30 @@ def job_cancel(model: str, job_id: str) -> str:
     return f"{_q(model)}job:{job_id}:cancel"
 
 
+def gateway_wake(model: str, gateway_id: str) -> str:
+    """A gateway's wake stream for the model: written when it starts following another job's
+    events, so its one blocked read of them all starts over (gateway/hub.py)."""
+    return f"{_q(model)}gw:{gateway_id}:wake"
+
+
 def job_model(job_id: str) -> str:
     """Which model's keys hold the job (the gateway's lookup from a bare job id)."""
     return f"{PREFIX}jobmodel:{job_id}"
+
+
+def file_key(file_id: str) -> str:
+    """Hash of an uploaded file (``POST /v1/files``): owner, purpose, name, content."""
+    return f"{PREFIX}file:{file_id}"
+
+
+def batch_key(batch_id: str) -> str:
+    """Hash of a batch (``POST /v1/batches``): owner, status, its requests' job ids."""
+    return f"{PREFIX}batch:{batch_id}"
+
+
+def owner_batches(owner: str) -> str:
+    """Sorted set of an owner's batch ids by creation time (``GET /v1/batches``)."""
+    return f"{PREFIX}owner:{owner or '-'}:batches"
 
 
 def owner_jobs(owner: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import anyio
@@ -96,9 +97,41 @@ async def _check(client: openai.AsyncOpenAI, model_dir: Path) -> None:
     with pytest.raises(openai.BadRequestError) as bad:
         await client.completions.create(model=name, prompt="x", max_tokens=max_len + 1)
     assert bad.value.code == "context_length_exceeded" and "maximum context length" in str(bad.value)
+    await _batch(client, name, expected)
     with pytest.raises(openai.BadRequestError) as refused:
         await client.completions.create(model=name, prompt="x", max_tokens=1, best_of=2)
     assert refused.value.param == "best_of"
+
+
+async def _batch(client: openai.AsyncOpenAI, name: str, expected: str) -> None:
+    """client.files.create + client.batches.create, unchanged, end to end."""
+    lines = [
+        {
+            "custom_id": f"r{i}",
+            "method": "POST",
+            "url": "/v1/completions",
+            "body": {"model": name, "prompt": "Once upon a time", "max_tokens": 8, "temperature": 0},
+        }
+        for i in range(3)
+    ]
+    content = "".join(json.dumps(x) + "\n" for x in lines).encode()
+    up = await client.files.create(file=("requests.jsonl", content), purpose="batch")
+    batch = await client.batches.create(
+        input_file_id=up.id, endpoint="/v1/completions", completion_window="24h"
+    )
+
+    async def finished() -> object:
+        got = await client.batches.retrieve(batch.id)
+        return got if got.status in ("completed", "failed", "cancelled") else None
+
+    done = await poll(finished, 60, "the batch to finish")
+    assert done.status == "completed" and done.request_counts.completed == 3  # type: ignore[attr-defined]
+    assert done.output_file_id and not done.error_file_id  # type: ignore[attr-defined]
+    out = (await client.files.content(done.output_file_id)).text  # type: ignore[attr-defined]
+    rows = [json.loads(x) for x in out.splitlines()]
+    assert sorted(r["custom_id"] for r in rows) == ["r0", "r1", "r2"]
+    assert all(r["response"]["body"]["choices"][0]["text"] == expected for r in rows)
+    assert [b.id async for b in client.batches.list()] == [batch.id]
 
 
 async def test_the_openai_sdk_against_the_gateway(model_dir: Path) -> None:
