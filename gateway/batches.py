@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import time
@@ -26,7 +27,7 @@ from gateway.openai_schema import ChatRequest, CompletionRequest
 from gateway.responses import ResponseBuilder
 from gateway.store import JobStore
 from gateway.submission import capacity, fit_max_tokens
-from shared import keys
+from shared import codec, jobs, keys
 from shared.errors import ErrorCode, http_status
 from shared.schemas import ErrorEvent, FinishEvent, JobRequest
 
@@ -223,11 +224,21 @@ async def _load(store: JobStore, owner: str, batch_id: str) -> dict[str, Any]:
 
 
 async def _finals(store: JobStore, record: dict[str, Any]) -> list[FinishEvent | ErrorEvent | None]:
-    """Each request's final event (None: not over yet, or never enqueued)."""
+    """Each request's final event (None: not over yet, or never enqueued), in one round trip."""
+    entries = record["requests"]
+    async with store.r.pipeline(transaction=False) as pipe:
+        for e in entries:
+            if e["job_id"]:
+                pipe.hget(keys.job_key(e.get("model", ""), e["job_id"]), jobs.RESULT)
+        raw = iter(await pipe.execute())
     out: list[FinishEvent | ErrorEvent | None] = []
-    for entry in record["requests"]:
-        job_id = entry["job_id"]
-        out.append(await store.result(job_id) if job_id else None)
+    for e in entries:
+        got = next(raw) if e["job_id"] else None
+        msg = None
+        if got is not None:
+            with contextlib.suppress(codec.CodecError):
+                msg = codec.decode(got if isinstance(got, bytes) else str(got).encode())
+        out.append(msg if isinstance(msg, FinishEvent | ErrorEvent) else None)
     return out
 
 

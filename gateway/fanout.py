@@ -9,7 +9,9 @@ cancelled); every stream ends with ``data: [DONE]``.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
 from fastapi import Request
@@ -21,10 +23,82 @@ from gateway.errors import APIError, error_body, error_status, store_down
 from gateway.follow import ClientGone, _error_response, _race, _timeout, cancel_quietly
 from gateway.responses import ResponseBuilder
 from gateway.store import JobStore
+from shared import codec, keys
 from shared.errors import ErrorCode
 from shared.schemas import ErrorEvent, FinishEvent, Message, TokenEvent
+from shared.streams import id_str
 
 Event = tuple[int, Message] | None
+
+
+async def choice_events(
+    store: JobStore, job_ids: list[str], block_s: float = 15.0, until: float | None = None
+) -> AsyncIterator[tuple[int, Message] | None]:
+    """The events of several jobs of one model (a request's choices) as they come, as
+    (choice index, event), in one XREAD over their streams; each job's stream ends with
+    its final event (from the record when the stream expired). Yields None whenever
+    ``block_s`` passes without an event, and by ``until`` at the latest."""
+    open_: dict[str, int] = {}
+    for i, j in enumerate(job_ids):
+        m = await store.model_of(j)
+        if m is None:
+            yield i, ErrorEvent(job_id=j, code=ErrorCode.JOB_NOT_FOUND.value, message=f"no job {j}")
+            continue
+        open_[keys.job_events(m, j)] = i
+    cursors = dict.fromkeys(open_, "0-0")
+    while open_:
+        wait_s = block_s if until is None else min(block_s, until - anyio.current_time())
+        resp = await store.r.xread(
+            {s: cursors[s] for s in open_}, count=256, block=max(1, int(wait_s * 1000))
+        )
+        got = _by_stream(resp)
+        if not got:
+            for stream, i in list(open_.items()):
+                if await store.ended(job_ids[i]):
+                    # One non-blocking read more: the final event may have just landed.
+                    rest = await store.r.xrange(stream, min="(" + cursors[stream], max="+")
+                    for _, fields in rest or []:
+                        with contextlib.suppress(codec.CodecError):
+                            msg = codec.from_entry(dict(fields or {}))
+                            yield i, msg
+                            if isinstance(msg, FinishEvent | ErrorEvent):
+                                break
+                    else:
+                        final = await store.result(job_ids[i])
+                        yield (
+                            i,
+                            final
+                            or ErrorEvent(
+                                job_id=job_ids[i],
+                                code=ErrorCode.INTERNAL.value,
+                                message="the job ended without a result",
+                            ),
+                        )
+                    del open_[stream]
+            yield None
+            continue
+        for stream, items in got:
+            if stream not in open_:
+                continue
+            i = open_[stream]
+            for entry_id, fields in items:
+                cursors[stream] = id_str(entry_id)
+                try:
+                    msg = codec.from_entry(fields)
+                except codec.CodecError:
+                    continue
+                yield i, msg
+                if isinstance(msg, FinishEvent | ErrorEvent):
+                    del open_[stream]
+                    break
+
+
+def _by_stream(resp: Any) -> list[tuple[str, list[Any]]]:
+    """(stream name, entries) of an XREAD reply (RESP2 pairs or a RESP3 map)."""
+    if not resp:
+        return []
+    pairs = list(resp.items()) if isinstance(resp, dict) else [(name, items) for name, items in resp]
+    return [(id_str(name), [e for e in items if e[1] is not None]) for name, items in pairs]
 
 
 async def _cancel_all(store: JobStore, job_ids: list[str], done: set[int]) -> None:
@@ -39,7 +113,7 @@ async def complete(request: Request, store: JobStore, job_ids: list[str], out: R
     finals: dict[int, FinishEvent | ErrorEvent] = {}
 
     async def gather() -> None:
-        async for ev in store.events_many(job_ids, block_s=store.settings.keepalive_s):
+        async for ev in choice_events(store, job_ids, block_s=store.settings.keepalive_s):
             if ev is None:
                 continue
             i, msg = ev
@@ -75,7 +149,7 @@ async def stream(request: Request, store: JobStore, job_ids: list[str], out: Res
     first event of any choice."""
     timeout_s = store.settings.request_timeout_s
     until = anyio.current_time() + timeout_s
-    events = store.events_many(job_ids, block_s=store.settings.keepalive_s, until=until)
+    events = choice_events(store, job_ids, block_s=store.settings.keepalive_s, until=until)
 
     async def first() -> tuple[int, Message] | None:
         async for ev in events:

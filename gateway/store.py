@@ -7,7 +7,6 @@ are unknown jobs too, without a Redis lookup.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import secrets
@@ -135,9 +134,7 @@ class JobStore:
             fingerprint=fingerprint,
         )
         if got.outcome == "full":
-            raise APIError.of(
-                ErrorCode.QUEUE_FULL, f"server busy: {got.load} jobs queued (limit {limit})"
-            )
+            raise APIError.of(ErrorCode.QUEUE_FULL, f"server busy: {got.load} jobs queued (limit {limit})")
         if got.outcome == "exists":
             if got.owner != owner or got.fingerprint != fingerprint:
                 raise APIError.of(
@@ -193,7 +190,7 @@ class JobStore:
             out["error" if isinstance(final, ErrorEvent) else "result"] = final.model_dump(mode="json")
         return out
 
-    async def _ended(self, job_id: str) -> bool:
+    async def ended(self, job_id: str) -> bool:
         """The job is over (terminal status) or gone (expired): no event will come."""
         model = await self.model_of(job_id)
         if model is None:
@@ -219,7 +216,7 @@ class JobStore:
         if model is None:
             return
         stream = keys.job_events(model, job_id)
-        ended = await self._ended(job_id)
+        ended = await self.ended(job_id)
         sub = self.hub.subscribe(model, stream)  # one blocked read for all followed streams
         try:
             async for item in self._follow(job_id, sub, after, ended, block_s, until):
@@ -239,7 +236,7 @@ class JobStore:
             if not got:
                 if ended:
                     return  # over, and nothing after the cursor
-                if await self._ended(job_id):
+                if await self.ended(job_id):
                     ended = True  # one more read: the final event may have just landed
                     continue
                 yield None
@@ -253,67 +250,6 @@ class JobStore:
                 yield StoredEvent(after, msg)
                 if isinstance(msg, FinishEvent | ErrorEvent):
                     return
-
-    async def events_many(
-        self, job_ids: list[str], block_s: float = 15.0, until: float | None = None
-    ) -> AsyncIterator[tuple[int, Message] | None]:
-        """The events of several jobs of one model (a request's choices) as they come, as
-        (choice index, event), in one XREAD over their streams; each job's stream ends with
-        its final event (from the record when the stream expired). Yields None whenever
-        ``block_s`` passes without an event, and by ``until`` at the latest."""
-        open_: dict[str, int] = {}
-        for i, j in enumerate(job_ids):
-            m = await self.model_of(j)
-            if m is None:
-                yield i, ErrorEvent(job_id=j, code=ErrorCode.JOB_NOT_FOUND.value, message=f"no job {j}")
-                continue
-            open_[keys.job_events(m, j)] = i
-        cursors = dict.fromkeys(open_, "0-0")
-        while open_:
-            wait_s = block_s if until is None else min(block_s, until - anyio.current_time())
-            resp = await self.r.xread(
-                {s: cursors[s] for s in open_}, count=256, block=max(1, int(wait_s * 1000))
-            )
-            got = _by_stream(resp)
-            if not got:
-                for stream, i in list(open_.items()):
-                    if await self._ended(job_ids[i]):
-                        # One non-blocking read more: the final event may have just landed.
-                        rest = await self.r.xrange(stream, min="(" + cursors[stream], max="+")
-                        for _, fields in rest or []:
-                            with contextlib.suppress(codec.CodecError):
-                                msg = codec.from_entry(dict(fields or {}))
-                                yield i, msg
-                                if isinstance(msg, FinishEvent | ErrorEvent):
-                                    break
-                        else:
-                            final = await self.result(job_ids[i])
-                            yield (
-                                i,
-                                final
-                                or ErrorEvent(
-                                    job_id=job_ids[i],
-                                    code=ErrorCode.INTERNAL.value,
-                                    message="the job ended without a result",
-                                ),
-                            )
-                        del open_[stream]
-                yield None
-                continue
-            for stream, items in got:
-                if stream not in open_:
-                    continue
-                i = open_[stream]
-                for entry_id, fields in items:
-                    cursors[stream] = id_str(entry_id)
-                    try:
-                        msg = codec.from_entry(fields)
-                    except codec.CodecError:
-                        continue
-                    yield i, msg
-                    if isinstance(msg, FinishEvent | ErrorEvent):
-                        del open_[stream]
-                        break
 
     async def cancel(self, job_id: str, owner: str = "") -> str:
         """Ask whichever worker has the job to stop it; returns the status afterwards."""
@@ -388,14 +324,6 @@ class JobStore:
             return codec.decode_as(_raw(raw), Decision)
         except codec.CodecError:
             return None
-
-
-def _by_stream(resp: Any) -> list[tuple[str, list[Any]]]:
-    """(stream name, entries) of an XREAD reply (RESP2 pairs or a RESP3 map)."""
-    if not resp:
-        return []
-    pairs = list(resp.items()) if isinstance(resp, dict) else [(name, items) for name, items in resp]
-    return [(str(_text(name)), [e for e in items if e[1] is not None]) for name, items in pairs]
 
 
 def _raw(v: bytes | str) -> bytes:
