@@ -37,9 +37,14 @@ class WorkerView:
     last_work: Telemetry | None = None  # the newest step that did work
     steps: list[Telemetry] = field(default_factory=list)  # working steps in the tail, oldest first
 
-    def gamma_run(self, lo: int, hi: int) -> float | None:
-        """Mean γ run by the tail's steps whose batch size is in [lo, hi]."""
-        got = [t.gamma for t in self.steps if lo <= t.batch_size <= hi]
+    def gamma_run(self, lo: int, hi: int, version: int | None = None) -> float | None:
+        """Mean γ run by the tail's steps whose batch size is in [lo, hi] (under decision
+        ``version`` only, when given)."""
+        got = [
+            t.gamma
+            for t in self.steps
+            if lo <= t.batch_size <= hi and (version is None or t.decision_version == version)
+        ]
         return sum(got) / len(got) if got else None
 
     def drafter_shares(self) -> dict[str, float]:
@@ -210,10 +215,15 @@ def render(s: Snapshot, url: str = "") -> str:
         )
     if s.workers:
         lines.append("")
-        lines.append(f"γ by batch bucket, decided / run (mean of the last {s.tail} telemetry entries)")
+        current = d.version if d else None
+        lines.append(
+            f"γ by batch bucket, decided / run (mean over the steps under v{current or '-'} "
+            f"in the last {s.tail} telemetry entries)"
+        )
         for w in s.workers:
             cells = [
-                f"{_bucket_name(lo, hi)}: {g}/{_fmt(w.gamma_run(lo, hi), '.1f')}" for lo, hi, g in _buckets(d)
+                f"{_bucket_name(lo, hi)}: {g}/{_fmt(w.gamma_run(lo, hi, current), '.1f')}"
+                for lo, hi, g in _buckets(d)
             ]
             lines.append(f"  {w.info.worker_id[:18]:<18} {'  '.join(cells) or '-'}")
         lines.append("drafter shares of working steps")
