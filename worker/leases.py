@@ -51,7 +51,11 @@ for j = 1, tonumber(ARGV[4]) do
     out[j] = 0
   else
     for i = first, last do redis.call('XADD', events, '*', 'm', ARGV[i]) end
-    if last >= first then redis.call('EXPIRE', events, ttl) end
+    -- The TTL is set once and renewed with the result: every write wakes every blocked
+    -- client of the embedded store, so a step makes as few as it can.
+    if last >= first and (status ~= '' or redis.call('TTL', events) < 0) then
+      redis.call('EXPIRE', events, ttl)
+    end
     if status ~= '' then
       redis.call('HSET', hash, 'status', status, 'worker', worker)
       if result ~= '' then redis.call('HSET', hash, 'result', result) end

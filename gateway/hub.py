@@ -1,0 +1,177 @@
+"""One blocking read per model for every job event stream this gateway follows.
+
+A gateway follows one event stream per request in flight. Read one blocking ``XREAD`` each,
+that is a connection each, and — on the embedded store — a wake-up of every one of those
+readers at every write anywhere (fakeredis wakes all blocked clients on each key change), so
+a step of 32 jobs cost ~1,000 wake-ups. The hub instead runs one task per model whose one
+``XREAD`` covers every followed stream of that model (their keys share the model's hash tag,
+so the read stays in one Redis Cluster slot) plus a small wake stream of its own, written
+when a new stream is followed so that the blocked read starts over including it.
+
+``Subscription.read(after, block_ms)`` answers like an ``XREAD`` of one stream: the entries
+after ``after``, waiting up to ``block_ms`` (None: no wait) for the first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections import deque
+from typing import Any
+
+import anyio
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from shared import keys
+from shared.streams import Entry, entries, id_str
+
+log = logging.getLogger(__name__)
+
+BLOCK_MS = 5_000  # the hub's read returns at least this often (a no-op round when idle)
+WAKE_MAXLEN = 64
+WAKE_TTL_S = 3600
+
+
+def _after(entry_id: str, cursor: str) -> bool:
+    """Whether stream id ``entry_id`` comes after ``cursor`` (both ``ms-seq``)."""
+    a, _, b = entry_id.partition("-")
+    c, _, d = cursor.partition("-")
+    return (int(a), int(b or 0)) > (int(c), int(d or 0))
+
+
+class Subscription:
+    """The entries of one stream that the hub delivered, for one reader."""
+
+    def __init__(self, hub: EventHub, model: str, stream: str) -> None:
+        self.hub, self.model, self.stream = hub, model, stream
+        self.cursor = "0-0"  # the newest id the hub has read for this reader
+        self._buffer: deque[Entry] = deque()
+        self._arrived = anyio.Event()
+        self._started = False
+        self._error: BaseException | None = None
+
+    def fail(self, exc: BaseException) -> None:
+        """The hub's read failed: the reader gets the error at its next read, as it would
+        from its own XREAD (the stream's client then hears of the outage)."""
+        self._error = exc
+        self._arrived.set()
+
+    def deliver(self, got: list[Entry]) -> None:
+        for entry_id, fields in got:
+            eid = id_str(entry_id)
+            if _after(eid, self.cursor):
+                self._buffer.append((entry_id, fields))
+                self.cursor = eid
+        if self._buffer:
+            self._arrived.set()
+
+    async def read(self, after: str, block_ms: int | None) -> list[Entry]:
+        """Entries after ``after``; waits up to ``block_ms`` for one (None: does not wait)."""
+        while self._buffer and not _after(id_str(self._buffer[0][0]), after):
+            self._buffer.popleft()
+        if not self._started:
+            self._started = True
+            self.cursor = after
+            await self.hub.follow(self)
+        if not self._buffer and block_ms is not None:
+            with anyio.move_on_after(block_ms / 1000):
+                await self._arrived.wait()
+        if self._error is not None and not self._buffer:
+            exc, self._error = self._error, None
+            self._arrived = anyio.Event()
+            raise exc
+        if not self._buffer and block_ms is None:  # a last look, straight from the stream
+            resp = await self.hub.r.xread({self.stream: after}, count=256)
+            return entries(resp)
+        got = list(self._buffer)
+        self._buffer.clear()
+        self._arrived = anyio.Event()
+        return got
+
+    def close(self) -> None:
+        self.hub.unfollow(self)
+
+
+class EventHub:
+    def __init__(self, r: aioredis.Redis) -> None:
+        self.r = r
+        self.id = uuid.uuid4().hex[:12]
+        self._subs: dict[str, set[Subscription]] = {}  # model -> subscriptions
+        self._running: set[str] = set()  # models whose reader task runs
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def subscribe(self, model: str, stream: str) -> Subscription:
+        return Subscription(self, model, stream)
+
+    async def follow(self, sub: Subscription) -> None:
+        self._subs.setdefault(sub.model, set()).add(sub)
+        if sub.model not in self._running:
+            self._running.add(sub.model)
+            self._spawn(sub.model)
+        else:  # the blocked read must start over with this stream in it
+            wake = keys.gateway_wake(sub.model, self.id)
+            async with self.r.pipeline(transaction=False) as pipe:
+                pipe.xadd(wake, {b"w": b"1"}, maxlen=WAKE_MAXLEN, approximate=True)
+                pipe.expire(wake, WAKE_TTL_S)
+                await pipe.execute()
+
+    def unfollow(self, sub: Subscription) -> None:
+        subs = self._subs.get(sub.model)
+        if subs is not None:
+            subs.discard(sub)
+
+    def _spawn(self, model: str) -> None:
+        self._tasks.add(task := asyncio.get_running_loop().create_task(self._read_loop(model)))
+        task.add_done_callback(self._tasks.discard)
+
+    async def _read_loop(self, model: str) -> None:
+        """Read every followed stream of ``model`` at once until none is followed."""
+        try:
+            await self._read(model)
+        finally:
+            self._running.discard(model)
+
+    async def _read(self, model: str) -> None:
+        wake = keys.gateway_wake(model, self.id)
+        wake_cursor = "0-0"  # the wake stream is this hub's own: every entry is news
+        backoff = 0.1
+        while True:
+            if not self._subs.get(model):
+                return  # (no await since the check: a new follower finds no loop and starts one)
+            subs = list(self._subs[model])
+            cursors: dict[Any, Any] = {}
+            for s in subs:
+                cur = cursors.get(s.stream)
+                cursors[s.stream] = s.cursor if cur is None or _after(cur, s.cursor) else cur
+            try:
+                resp = await self.r.xread({**cursors, wake: wake_cursor}, count=256, block=BLOCK_MS)
+                backoff = 0.1
+            except (RedisError, OSError) as exc:
+                log.warning("event hub for %s: %s: %s (retrying)", model, type(exc).__name__, exc)
+                for s in subs:
+                    s.fail(exc)
+                await anyio.sleep(backoff)
+                backoff = min(2.0, backoff * 2)
+                continue
+            by_stream = _by_stream(resp)
+            for stream, got in by_stream.items():
+                if stream == wake:
+                    wake_cursor = id_str(got[-1][0])
+                    continue
+                for s in subs:
+                    if s.stream == stream:
+                        s.deliver(got)
+
+
+def _by_stream(resp: Any) -> dict[str, list[Entry]]:
+    """An XREAD reply as stream name -> entries (RESP3 maps, RESP2 pairs)."""
+    out: dict[str, list[Entry]] = {}
+    if not resp:
+        return out
+    pairs = resp.items() if isinstance(resp, dict) else resp
+    for stream, got in pairs:
+        name = stream.decode() if isinstance(stream, bytes) else str(stream)
+        out[name] = [(eid, f) for eid, f in got if f is not None]
+    return out

@@ -1,0 +1,62 @@
+"""The event hub: one blocked read covers every followed stream of a model."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.hub import EventHub
+from shared import keys
+
+pytestmark = pytest.mark.anyio
+
+M = "tiny"
+
+
+async def test_many_followers_share_one_read_and_a_late_one_is_woken(r: aioredis.Redis) -> None:
+    hub = EventHub(r)
+    streams = [keys.job_events(M, f"j{i}") for i in range(5)]
+    subs = [hub.subscribe(M, s) for s in streams]
+    calls = 0
+    real = r.xread
+
+    async def counting(*args: object, **kwargs: object) -> object:
+        nonlocal calls
+        calls += 1
+        return await real(*args, **kwargs)  # type: ignore[arg-type]
+
+    r.xread = counting  # type: ignore[method-assign]
+    got: dict[int, list[bytes]] = {}
+
+    async def follow(i: int) -> None:
+        got[i] = [f[b"m"] for _, f in await subs[i].read("0-0", 5000)]
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            for i in range(4):
+                tg.start_soon(follow, i)
+            await anyio.sleep(0.05)  # the hub's read is blocked on the first four streams
+            tg.start_soon(follow, 4)  # a late follower: the hub must start over with it
+            await anyio.sleep(0.05)
+            for i, s in enumerate(streams):
+                await r.xadd(s, {b"m": b"%d" % i})
+    assert got == {i: [b"%d" % i] for i in range(5)}
+    assert calls < 10  # a handful of shared reads, not one blocked read per follower
+    for s in subs:
+        s.close()
+
+
+async def test_a_reader_gets_only_what_follows_its_cursor_and_a_last_look_does_not_block(
+    r: aioredis.Redis,
+) -> None:
+    hub = EventHub(r)
+    stream = keys.job_events(M, "j")
+    first = await r.xadd(stream, {b"m": b"a"})
+    await r.xadd(stream, {b"m": b"b"})
+    sub = hub.subscribe(M, stream)
+    with anyio.fail_after(5):
+        got = await sub.read(first.decode(), 5000)
+        assert [f[b"m"] for _, f in got] == [b"b"]
+        assert await sub.read(got[-1][0].decode(), None) == []
+    sub.close()
