@@ -10,10 +10,11 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
 import redis.asyncio as aioredis
 from fastapi import FastAPI
 
-from gateway import errors, health, routes_admin, routes_batches, routes_jobs, routes_openai
+from gateway import errors, health, routes_admin, routes_batches, routes_jobs, routes_openai, webhooks
 from gateway.auth import Guard
 from gateway.limits import Limits
 from gateway.settings import GatewaySettings
@@ -34,7 +35,10 @@ def create_app(settings: GatewaySettings, redis: aioredis.Redis | None = None) -
                 "no API key configured (--api-key / NIGHTJAR_API_KEYS): every /v1 route is open "
                 "and every client sees every job"
             )
-        yield
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(webhooks.Deliverer(app.state.store).run)  # webhook deliveries
+            yield
+            tg.cancel_scope.cancel()
         if redis is None:
             await client.aclose()
 

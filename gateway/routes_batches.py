@@ -17,7 +17,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway import batches
+from gateway import batches, webhooks
 from gateway.auth import owner
 from gateway.errors import APIError
 from gateway.store import JobStore
@@ -86,18 +86,19 @@ class BatchCreate(BaseModel):
     endpoint: str = Field(max_length=64)
     completion_window: str = "24h"
     metadata: dict[str, str] | None = None
+    webhook_url: str | None = None  # Nightjar's: POSTed the batch once it is over (signed)
 
 
 @router.post("/v1/batches")
 async def create_batch(body: BatchCreate, request: Request) -> dict[str, Any]:
-    return await batches.create(
-        _store(request),
-        owner(request),
-        body.input_file_id,
-        body.endpoint,
-        body.completion_window,
-        body.metadata,
+    url = webhooks.check_url(body.webhook_url)
+    store, who = _store(request), owner(request)
+    batch = await batches.create(
+        store, who, body.input_file_id, body.endpoint, body.completion_window, body.metadata
     )
+    if url is not None:
+        await webhooks.register(store, "batch", batch["id"], url, who)
+    return batch
 
 
 @router.get("/v1/batches/{batch_id}")

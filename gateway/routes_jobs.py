@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from redis.exceptions import RedisError
 
-from gateway import listing, sse
+from gateway import listing, sse, webhooks
 from gateway.auth import owner
 from gateway.errors import APIError, from_validation, store_down
 from gateway.ids import client_job_id, fingerprint, idempotent_job_id, job_not_found, new_job_id, valid_job_id
@@ -63,6 +63,7 @@ class JobSubmission(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
     priority: int = Field(default=0, ge=-INT32_MAX, le=INT32_MAX)
     metadata: dict[str, str] = Field(default_factory=dict)
+    webhook_url: str | None = None  # POSTed the job's final state, signed (gateway/webhooks.py)
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     temperature: float | None = None
@@ -166,8 +167,12 @@ async def _submit_one(request: Request, body: JobSubmission, idempotency_key: st
     except ValueError as exc:
         raise APIError.of(ErrorCode.BAD_REQUEST, str(exc)) from None
     check_processors(params)
+    url = webhooks.check_url(body.webhook_url)
     fp = fingerprint("jobs", body.model_dump(mode="json", exclude={"id"}))
-    return await store.submit(job, owner=owner(request), fingerprint=fp)
+    got = await store.submit(job, owner=owner(request), fingerprint=fp)
+    if url is not None and got.created:
+        await webhooks.register(store, "job", got.job_id, url, owner(request))
+    return got
 
 
 @router.get("/v1/jobs")

@@ -26,6 +26,9 @@ class GatewaySettings:
     result_ttl_s: float = (
         24 * 3600.0
     )  # the job record written at submit (status, owner, result) lives this long
+    # Webhooks (gateway/webhooks.py): events signed with HMAC-SHA256 when a secret is set.
+    webhook_secret: str | None = None
+    webhook_max_attempts: int = 12  # then the delivery is dropped (logged)
     # HTTP hygiene.
     max_body_bytes: int = 4 * MiB  # larger request bodies: 413
     body_timeout_s: float = 30.0  # a request body not received within this: 408

@@ -30,6 +30,11 @@ def _add_gateway(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=env("PORT", "8000"), help="NIGHTJAR_PORT")
     p.add_argument("--max-queue", type=int, default=env("MAX_QUEUE", "1000"), help="NIGHTJAR_MAX_QUEUE")
     p.add_argument(
+        "--webhook-secret",
+        default=env("WEBHOOK_SECRET"),
+        help="HMAC-SHA256 key that signs webhook deliveries (NIGHTJAR_WEBHOOK_SECRET); none: unsigned",
+    )
+    p.add_argument(
         "--api-key",
         action="append",
         metavar="KEY",

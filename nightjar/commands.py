@@ -42,6 +42,7 @@ def _gateway_app(args: argparse.Namespace) -> Any:
     settings = GatewaySettings(
         redis_url=args.redis_url,
         max_queue=args.max_queue,
+        webhook_secret=getattr(args, "webhook_secret", None) or None,
         admin_token=os.environ.get("NIGHTJAR_ADMIN_TOKEN") or None,
         api_keys=api_keys(args.api_key),
         rate_limit_rps=args.rate_limit,

@@ -89,6 +89,14 @@ def owner_batches(owner: str) -> str:
     return f"{PREFIX}owner:{owner or '-'}:batches"
 
 
+WEBHOOKS = PREFIX + "webhooks"  # sorted set "<job|batch>:<id>" -> when its next attempt is due
+
+
+def webhook(member: str) -> str:
+    """Hash of one webhook delivery (url, owner, attempts)."""
+    return f"{PREFIX}webhook:{member}"
+
+
 def owner_jobs(owner: str) -> str:
     """Sorted set of an owner's job ids, scored by submit time (``GET /v1/jobs``)."""
     return f"{PREFIX}owner:{owner or '-'}:jobs"
