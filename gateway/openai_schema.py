@@ -28,7 +28,9 @@ MAX_N = 128  # choices per request (n × prompts), each one job
 MAX_PROMPTS = 256
 # The logits processors and outputs the engine honours (worker/engine); a request asking for
 # another is refused by name rather than run without it.
-ENGINE_PROCESSORS: frozenset[str] = frozenset()
+ENGINE_PROCESSORS = frozenset(
+    {"presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "min_tokens"}
+)  # worker/engine/processors.py; logprobs are not returned yet
 _logged: set[str] = set()
 _logged_lock = threading.Lock()
 

@@ -67,8 +67,11 @@ async def test_vllm_extensions_and_accepted_openai_fields(r: aioredis.Redis) -> 
         "ignore_eos": True,
         "priority": 3,
         "stop_token_ids": [5, 6],
-        "min_tokens": 0,
-        "repetition_penalty": 1.0,
+        "min_tokens": 2,
+        "repetition_penalty": 1.2,
+        "presence_penalty": 0.5,
+        "frequency_penalty": -0.5,
+        "logit_bias": {"5": 2.5},
         "response_format": {"type": "text"},
         "metadata": {"team": "a"},
         "store": False,
@@ -83,6 +86,9 @@ async def test_vllm_extensions_and_accepted_openai_fields(r: aioredis.Redis) -> 
     (job,) = seen
     assert job.params.top_k == 0 and job.params.ignore_eos and job.priority == 3
     assert job.params.stop_token_ids == [5, 6] and job.metadata == {"team": "a"}
+    p = job.params
+    assert (p.min_tokens, p.repetition_penalty, p.presence_penalty, p.frequency_penalty) == (2, 1.2, 0.5, -0.5)
+    assert p.logit_bias == {5: 2.5}
 
 
 async def test_continuous_usage_stats_put_usage_in_every_chunk(r: aioredis.Redis) -> None:

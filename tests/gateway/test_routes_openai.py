@@ -89,7 +89,8 @@ async def test_chat_completion_plain_and_streamed(r: aioredis.Redis) -> None:
         ("/v1/completions", {"prompt": "a", "temperature": 3}, "temperature"),
         ("/v1/completions", {"prompt": "a", "stop": [""]}, "stop"),
         ("/v1/completions", {"max_tokens": 3}, "prompt"),
-        ("/v1/completions", {"prompt": "a", "frequency_penalty": 0.5}, "frequency_penalty"),
+        ("/v1/completions", {"prompt": "a", "frequency_penalty": 2.5}, "frequency_penalty"),
+        ("/v1/completions", {"prompt": "a", "logit_bias": {"5": 101}}, "logit_bias"),
         ("/v1/chat/completions", {"messages": []}, "messages"),
         ("/v1/chat/completions", {"messages": [{"role": "tool", "content": "x"}]}, "messages"),
         (

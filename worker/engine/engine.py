@@ -175,7 +175,7 @@ class LLMEngine(Engine):
             self.runner.cache.copy(self.blocks.take_copies())
             drafted = self.spec.draft(drafter, scheduled)
             t0 = time.perf_counter()
-            verified = verify_batch(self._run(scheduled, drafted.drafts))
+            verified = verify_batch(self._run(scheduled, drafted.drafts), self.eos_token_ids)
             kept = self._postprocess(scheduled, verified)
             verify_time = time.perf_counter() - t0
         except Exception as exc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from worker.engine.processors import process_rows
 from worker.engine.records import Candidate, Verified
 from worker.engine.sampler import filtered_probs
 
@@ -72,20 +73,27 @@ def greedy_acceptance(predicted: list[int], verified: list[int]) -> float:
     return hits / len(verified)
 
 
-def verify_batch(candidates: list[Candidate]) -> list[Verified]:
+def verify_batch(candidates: list[Candidate], eos: frozenset[int] = frozenset()) -> list[Verified]:
     """The target's choice for every candidate of a step, drafts or not, in order.
 
     Greedy candidates are verified together on their argmax; sampled ones by rejection
     sampling with their own generators, after one batched warping of all their rows. A
     candidate without drafts simply gets the target's token. ``Verified.p`` keeps a sampled
-    candidate's warped target probabilities (for counterfactual scoring).
+    candidate's warped target probabilities (for counterfactual scoring). A candidate whose
+    request asks for logits processors (penalties, logit_bias, min_tokens) is verified on its
+    processed rows (worker/engine/processors.py), drafts and all.
     """
     out: list[Verified | None] = [None] * len(candidates)
+    rows_of = {
+        i: process_rows(c.logits, c.seq, _draft_tokens(c), eos)
+        for i, c in enumerate(candidates)
+        if c.seq.params.processed
+    }
     greedy = [i for i, c in enumerate(candidates) if c.seq.params.greedy]
     if greedy:
         drafts = [_draft_tokens(candidates[i]) for i in greedy]
         k = max(len(d) for d in drafts)
-        ids = [candidates[i].argmax for i in greedy]
+        ids = [rows_of[i].argmax(-1).tolist() if i in rows_of else candidates[i].argmax for i in greedy]
         target = torch.tensor([t + [0] * (k + 1 - len(t)) for t in ids])
         draft = torch.tensor([d + [-1] * (k - len(d)) for d in drafts], dtype=torch.long)
         num = torch.tensor([len(d) for d in drafts])
@@ -94,7 +102,10 @@ def verify_batch(candidates: list[Candidate]) -> list[Verified]:
     sampled = [i for i, c in enumerate(candidates) if not c.seq.params.greedy]
     if sampled:
         # One batched warping for every row; draws happen on the CPU with each request's generator.
-        rows = [candidates[i].logits for i in sampled]
+        rows = [
+            rows_of[i].to(candidates[i].logits.dtype) if i in rows_of else candidates[i].logits
+            for i in sampled
+        ]
         row_params = [
             candidates[i].seq.params for i, r in zip(sampled, rows, strict=True) for _ in range(r.shape[0])
         ]
