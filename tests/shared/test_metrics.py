@@ -236,3 +236,24 @@ async def test_a_planner_serves_metrics_on_its_port(r: Any) -> None:
     assert got.status_code == 200
     assert 'nightjar:planner_active_policy{policy="' in got.text
     assert "nightjar:planner_decision_version 1.0" in got.text
+
+
+def test_the_monitoring_profile_scrapes_every_service() -> None:
+    root = DEPLOY.parent
+    compose = yaml.safe_load((root / "compose.yaml").read_text())
+    services = compose["services"]
+    for name in ("prometheus", "grafana"):
+        assert services[name]["profiles"] == ["monitoring"], name
+        for volume in services[name]["volumes"]:
+            assert (root / volume.split(":")[0]).exists(), volume
+    for name in ("worker", "planner"):  # they serve /metrics on the port Prometheus scrapes
+        env = services[name]["environment"]
+        assert env["NIGHTJAR_METRICS_HOST"] == "0.0.0.0"
+        port = int(env["NIGHTJAR_METRICS_PORT"])
+        prom = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
+        job = next(j for j in prom["scrape_configs"] if j["job_name"] == name)
+        targets = [t for c in job.get("static_configs", []) for t in c["targets"]]
+        targets += [f"{n}:{c['port']}" for c in job.get("dns_sd_configs", []) for n in c["names"]]
+        assert targets == [f"{name}:{port}"], (name, targets)
+    gateway_port = services["gateway"]["ports"][0].split(":")[-1]
+    assert "gateway:" + gateway_port in str(prom["scrape_configs"])
