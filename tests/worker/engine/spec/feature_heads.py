@@ -57,7 +57,12 @@ def trained_head(target: Path, out: Path, steps: int = 60, vocab: int = 10**9, s
         s.prompt_len = 1  # learn the prompts too: the engine drafts after random prompts
     embed = cast(torch.Tensor, hf.get_input_embeddings().weight).detach()
     cfg = head_config(hf.config, min(vocab, v))
-    head = EagleHead(cfg, embed, select_vocab(seqs, cfg.draft_vocab, v), cast(torch.Tensor, hf.get_output_embeddings().weight))
+    head = EagleHead(
+        cfg,
+        embed,
+        select_vocab(seqs, cfg.draft_vocab, v),
+        cast(torch.Tensor, hf.get_output_embeddings().weight),
+    )
     recipe = HeadRecipe(name=out.name, train_sets=(), steps=steps, batch_size=8, lr=3e-3, warmup=5)
     train_head(head, seqs, [], recipe, seed, progress=False)
     save_head(head.eval(), out, target.name, {})

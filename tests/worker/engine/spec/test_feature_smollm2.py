@@ -22,8 +22,12 @@ from worker.engine.spec.feature_drafter import FeatureDrafter
 ROOT = Path(__file__).resolve().parents[4]
 SMOL = ROOT / "models" / "smollm2-135m-instruct"
 HEADS = [ROOT / "models" / "smol-eagle-chat", ROOT / "models" / "smol-eagle-code"]
-TEXTS = ["Explain why the sky is blue.", "Write a Python function that reverses a list.",
-         "Give three tips for staying healthy.", "What is the capital of France?"]
+TEXTS = [
+    "Explain why the sky is blue.",
+    "Write a Python function that reverses a list.",
+    "Give three tips for staying healthy.",
+    "What is the capital of France?",
+]
 NEW = 28
 
 pytestmark = pytest.mark.smollm2
@@ -48,8 +52,15 @@ def schedule(engine: LLMEngine, reqs: list[EngineRequest], seed: int, offload: s
         if rng.random() < 0.3:
             drafter = rng.choice(["smol-eagle-chat", "smol-eagle-code", "ngram"])
         gamma = rng.choice([0, 0, 1, 2, 3, 4, 6])
-        engine.apply_decision(Decision(version=step + 1, policy="test", gamma_table=[(ALL_BATCHES, gamma)],
-                                       drafter=drafter, offload=step in offload))
+        engine.apply_decision(
+            Decision(
+                version=step + 1,
+                policy="test",
+                gamma_table=[(ALL_BATCHES, gamma)],
+                drafter=drafter,
+                offload=step in offload,
+            )
+        )
         result = engine.step()
         run.stats.append(result.stats)
         for out in result.outputs:
