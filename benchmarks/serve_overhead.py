@@ -116,7 +116,7 @@ async def embedded_figures(args: argparse.Namespace, cpu: str) -> Figures:
     cmd = [
         "taskset", "-c", cpu, sys.executable, "-m", "nightjar", "--log-level", "warning", "up",
         "--model", args.model, "--port", str(port), "--threads", "1", "--drafter", "none", "--no-ngram",
-        "--policy", "static", "--max-queue", "100000",
+        "--policy", "static", "--max-queue", "100000", "--max-jobs", str(args.concurrency),
     ]  # fmt: skip
     log = (Path(args.log_dir) / "embedded.log").open("wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -146,6 +146,7 @@ async def redis_figures(args: argparse.Namespace, cpu: str) -> Figures:
     cfg = BenchConfig(name="overhead", policy="static", params={})
     opts = TrioOptions(
         model_dir=args.model,
+        max_jobs=args.concurrency,
         threads=1,
         engine={"drafters": [], "ngram": False},
         worker_cpus=cpu,
@@ -166,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--worker-cpu", default=None, help="the worker's core (default: the last one)")
     p.add_argument("--log-dir", default="/tmp/nightjar-overhead")
     p.add_argument("--json", default=None, help="also write the figures here")
+    p.add_argument("--skip-embedded", action="store_true")
     args = p.parse_args(argv)
     Path(args.log_dir).mkdir(parents=True, exist_ok=True)
     cores = sorted(os.sched_getaffinity(0))
@@ -174,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     os.sched_setaffinity(0, _cpus(worker_cpu))  # the engine-only row runs where the worker will
     rows = {"engine": engine_figures(args.model, args.tokens, args.requests, args.concurrency, args.rounds)}
     os.sched_setaffinity(0, _cpus(rest))  # the client from now on
-    rows["embedded"] = anyio.run(embedded_figures, args, worker_cpu)
+    if not args.skip_embedded:
+        rows["embedded"] = anyio.run(embedded_figures, args, worker_cpu)
     if args.redis_url:
         rows["redis"] = anyio.run(redis_figures, args, worker_cpu)
     base = rows["engine"]
