@@ -168,7 +168,9 @@ async def create(
             item = json.loads(line)
         except ValueError:
             raise _bad(f"line {i + 1} is not JSON", "input_file_id") from None
-        custom = item.get("custom_id") if isinstance(item, dict) else None
+        if not isinstance(item, dict):
+            raise _bad(f"line {i + 1} is not a JSON object", "input_file_id")
+        custom = item.get("custom_id")
         if not isinstance(custom, str) or not custom or custom in seen:
             raise _bad(f"line {i + 1}: each request needs a unique custom_id", "input_file_id")
         seen.add(custom)

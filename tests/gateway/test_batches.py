@@ -120,3 +120,45 @@ async def test_cancelling_a_batch_cancels_its_jobs(r: aioredis.Redis) -> None:
         assert cancelling["status"] == "cancelling"
         job = (await gw.get(f"/v1/jobs/{batch['id']}-0")).json()
     assert job["status"] == "queued"  # a worker that takes it finds its cancel flag
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"[1, 2]\n",
+        b"not json\n",
+        b'{"custom_id": 5, "url": "/v1/chat/completions", "body": {}}\n',
+        b'{"custom_id": "a", "url": "/v1/chat/completions", "body": [1]}\n',
+        b'{"custom_id": "a", "url": "/v1/chat/completions", "body": {"messages": "x"}}\n',
+        b'{"custom_id": "a", "url": "/v1/chat/completions", "method": "GET", "body": {}}\n',
+        b"\n\n",
+        "\ud800".encode("utf-8", "surrogatepass"),
+    ],
+)
+async def test_hostile_batch_inputs_are_4xx(r: aioredis.Redis, content: bytes) -> None:
+    async with gateway(r) as gw:
+        up = await _upload(gw, content)
+        if up.status_code == 200:
+            resp = await gw.post(
+                "/v1/batches", json={"input_file_id": up.json()["id"], "endpoint": "/v1/chat/completions"}
+            )
+            assert resp.status_code == 200 or 400 <= resp.status_code < 500, resp.text
+            if resp.status_code == 200:  # accepted: each bad line is an error line
+                done = await _done(gw, resp.json()["id"])
+                assert done["request_counts"]["failed"] == done["request_counts"]["total"]
+        else:
+            assert 400 <= up.status_code < 500
+        junk = await gw.post(
+            "/v1/files",
+            content=b"--x\r\nnonsense",
+            headers={"content-type": "multipart/form-data; boundary=x"},
+        )
+        assert junk.status_code == 400
+        for path in (
+            "/v1/files/..%2F..",
+            "/v1/files/a:b/content",
+            "/v1/batches/{x}",
+            "/v1/batches/a%00b/cancel",
+        ):
+            got = await (gw.post(path) if path.endswith("cancel") else gw.get(path))
+            assert got.status_code == 404, path
