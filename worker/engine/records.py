@@ -3,8 +3,8 @@
 schedule → ``Scheduled`` (scheduler.py) → draft → ``DraftRound`` (a ``Drafted`` per
 decoding sequence) → run → ``Candidate`` per sequence whose forward produced logits rows →
 verify → ``Verified`` (the tokens the target chose) → postprocess; ``StepWork`` sums up those
-phases for the step's stats. Each phase takes the records of the one before and returns its own; none fills in an
-argument.
+phases for the step's stats. Each phase takes the records of the one before and returns its
+own; none fills in an argument.
 """
 
 from __future__ import annotations
