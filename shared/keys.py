@@ -123,4 +123,3 @@ PLANNER_STATUS = PREFIX + "planner:status"  # JSON: policy, drafter weights, ts 
 WORKERS = PREFIX + "workers"
 
 JOB_TTL_S = 24 * 3600  # job status, result and event stream live this long after the last write
-

@@ -87,7 +87,12 @@ async def test_vllm_extensions_and_accepted_openai_fields(r: aioredis.Redis) -> 
     assert job.params.top_k == 0 and job.params.ignore_eos and job.priority == 3
     assert job.params.stop_token_ids == [5, 6] and job.metadata == {"team": "a"}
     p = job.params
-    assert (p.min_tokens, p.repetition_penalty, p.presence_penalty, p.frequency_penalty) == (2, 1.2, 0.5, -0.5)
+    assert (p.min_tokens, p.repetition_penalty, p.presence_penalty, p.frequency_penalty) == (
+        2,
+        1.2,
+        0.5,
+        -0.5,
+    )
     assert p.logit_bias == {5: 2.5}
 
 
