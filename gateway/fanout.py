@@ -21,6 +21,7 @@ from redis.exceptions import RedisError
 from gateway import sse
 from gateway.errors import APIError, error_body, error_status, store_down
 from gateway.follow import ClientGone, _error_response, _race, _timeout, cancel_quietly
+from gateway.metrics import EventTap
 from gateway.responses import ResponseBuilder
 from gateway.store import JobStore
 from shared import codec, keys
@@ -38,6 +39,7 @@ async def choice_events(
     (choice index, event), in one XREAD over their streams; each job's stream ends with
     its final event (from the record when the stream expired). Yields None whenever
     ``block_s`` passes without an event, and by ``until`` at the latest."""
+    tap = EventTap(store)  # request metrics (gateway/metrics.py)
     open_: dict[str, int] = {}
     for i, j in enumerate(job_ids):
         m = await store.model_of(j)
@@ -57,9 +59,10 @@ async def choice_events(
                 if await store.ended(job_ids[i]):
                     # One non-blocking read more: the final event may have just landed.
                     rest = await store.r.xrange(stream, min="(" + cursors[stream], max="+")
-                    for _, fields in rest or []:
+                    for rest_id, fields in rest or []:
                         with contextlib.suppress(codec.CodecError):
                             msg = codec.from_entry(dict(fields or {}))
+                            await tap.see(job_ids[i], id_str(rest_id), msg)
                             yield i, msg
                             if isinstance(msg, FinishEvent | ErrorEvent):
                                 break
@@ -87,6 +90,7 @@ async def choice_events(
                     msg = codec.from_entry(fields)
                 except codec.CodecError:
                     continue
+                await tap.see(job_ids[i], cursors[stream], msg)
                 yield i, msg
                 if isinstance(msg, FinishEvent | ErrorEvent):
                     del open_[stream]

@@ -28,6 +28,7 @@ from gateway.store import JobStore, StoredEvent, Submitted
 from shared import metrics as m
 from shared.logs import REQUEST_ID, accept_request_id
 from shared.schemas import ErrorEvent, FinishEvent, JobRequest, StartEvent, TokenEvent
+from shared.schemas import Message as WireMessage
 
 MW = ("model", "worker")
 REMEMBERED_JOBS = 100_000  # submit times and observed ids kept (oldest forgotten first)
@@ -210,6 +211,24 @@ class MeteredStore(JobStore):
         except (RedisError, OSError):
             served = {}
         return served.get(worker, "")
+
+
+class EventTap:
+    """Observes jobs whose events are read outside ``MeteredStore.events`` (a request's
+    several choices, read in one XREAD: gateway/fanout.py): feed it every event read."""
+
+    def __init__(self, store: JobStore) -> None:
+        self.store = store if isinstance(store, MeteredStore) else None
+        self.seen: dict[str, list[StoredEvent]] = {}
+
+    async def see(self, job_id: str, entry_id: str, msg: WireMessage) -> None:
+        if self.store is None:
+            return
+        events = self.seen.setdefault(job_id, [])
+        events.append(StoredEvent(entry_id, msg))
+        if isinstance(msg, FinishEvent | ErrorEvent):
+            del self.seen[job_id]
+            await self.store.observe(job_id, msg, events, _entry_time(entry_id))
 
 
 def _remember(d: OrderedDict[str, Any], key: str, value: Any) -> None:

@@ -126,6 +126,9 @@ async def _exercise(gw: httpx.AsyncClient, r: object) -> None:
     async with anyio.create_task_group() as tg:
         for i in range(6):
             tg.start_soon(one, i)
+    # Two choices (two jobs followed together): both counted.
+    two = await gw.post("/v1/completions", json={"prompt": "Two roads", "max_tokens": 8, "n": 2, "seed": 3})
+    assert two.status_code == 200 and len(two.json()["choices"]) == 2
     # The job API, read by polling (no event stream followed): counted once all the same.
     job = (await gw.post("/v1/jobs", json={"prompt": "def main():", "params": {"max_tokens": 8}})).json()
 
@@ -183,13 +186,13 @@ def _check_gateway(s: Samples) -> None:
         "request_queue_time_seconds",
     ):
         n = total(s, f"nightjar:{hist}_count", **mw)
-        assert n >= 8, hist
+        assert n >= 10, hist
         assert 0 < total(s, f"nightjar:{hist}_sum", **mw) / n < 30, hist
     assert total(s, "nightjar:inter_token_latency_seconds_count", **mw) > 100  # per token
     finished = total(s, "nightjar:request_success_total", **mw)  # "length", or "stop" at an EOS
-    assert finished >= 10 and total(s, "nightjar:request_success_total", finished_reason="length", **mw) >= 1
+    assert finished >= 12 and total(s, "nightjar:request_success_total", finished_reason="length", **mw) >= 1
     assert total(s, "nightjar:prompt_tokens_total", **mw) > 8 * 3
-    assert 100 < total(s, "nightjar:generation_tokens_total", **mw) <= 24 + 6 * 32 + 8 + 4 * finished
+    assert 100 < total(s, "nightjar:generation_tokens_total", **mw) <= 24 + 6 * 32 + 2 * 8 + 8 + 4 * finished
 
 
 def _check_worker(s: Samples) -> None:
