@@ -23,7 +23,7 @@ from gateway.admission import Admission
 from shared import keys
 from shared.connection import connect
 from shared.schemas import JobRequest, SamplingParams
-from shared.streams import ensure_group
+from shared.streams import ensure_group, entries
 
 MODEL = "bench-model"
 
@@ -72,13 +72,12 @@ async def consume(r: aioredis.Redis, n: int, consumers: int) -> float:
         nonlocal left
         while left > 0:
             resp = await r.xreadgroup(keys.JOBS_GROUP, name, {stream: ">"}, count=16, block=100)
-            for _, items in resp or []:
-                for entry_id, _ in items:
-                    async with r.pipeline(transaction=True) as pipe:
-                        pipe.xack(stream, keys.JOBS_GROUP, entry_id)
-                        pipe.xdel(stream, entry_id)
-                        await pipe.execute()
-                    left -= 1
+            for entry_id, _ in entries(resp):
+                async with r.pipeline(transaction=True) as pipe:
+                    pipe.xack(stream, keys.JOBS_GROUP, entry_id)
+                    pipe.xdel(stream, entry_id)
+                    await pipe.execute()
+                left -= 1
 
     t0 = time.perf_counter()
     await asyncio.gather(*(worker(f"w{i}") for i in range(consumers)))

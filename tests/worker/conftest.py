@@ -26,5 +26,3 @@ def prompts(model_dir: Path) -> PromptEncoder:
 def engine(model_dir: Path) -> Engine:
     # A small KV pool: the default budget (1 GiB of KV) takes a while to allocate.
     return create_engine(model_dir, num_blocks=256)
-
-
