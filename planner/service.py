@@ -23,7 +23,7 @@ from planner.publisher import DecisionPublisher
 from planner.settings import PlannerSettings
 from shared import codec, keys
 from shared.connection import connect
-from shared.loops import every, keep_running, wait_for_redis
+from shared.loops import every, keep_running, retry_redis, wait_for_redis
 from shared.schemas import Decision, PolicyCommand, Telemetry
 from shared.streams import ensure_group, entries
 
@@ -61,13 +61,7 @@ class PlannerService:
     async def run(self) -> None:
         """Serve until cancelled; waits for Redis at start and outlives its outages."""
         await wait_for_redis(self.r, "planner")
-        while True:
-            try:
-                await self.start()
-                break
-            except (RedisError, OSError) as exc:
-                log.warning("planner start: %s: %s (retrying)", type(exc).__name__, exc)
-                await anyio.sleep(1.0)
+        await retry_redis("planner start", self.start, max_backoff_s=1.0)
         http = self.metrics.serve_http(self.settings.metrics_port, self.settings.metrics_host)
         try:
             async with anyio.create_task_group() as tg:

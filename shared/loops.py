@@ -6,7 +6,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import anyio
 from redis.exceptions import RedisError
@@ -54,17 +54,35 @@ class Signal:
         await self._event.wait()
 
 
-async def wait_for_redis(r: Any, service: str, max_backoff_s: float = 5.0) -> None:
-    """Return once Redis answers a PING; until then retry with backoff, logging a line every
-    few seconds, so a service started before its Redis waits for it instead of exiting."""
-    backoff, last_log = 0.1, -math.inf
+T = TypeVar("T")
+
+
+async def retry_redis(
+    what: str,
+    attempt: Callable[[], Awaitable[T]],
+    *,
+    backoff_s: float = 0.1,
+    max_backoff_s: float = 2.0,
+    on_error: Callable[[BaseException], None] | None = None,
+) -> T:
+    """Await ``attempt()`` until it gets through a Redis or network error: the pause doubles
+    up to ``max_backoff_s``, and a warning is logged at most every 5 s. For what must happen
+    (a write in hand, a start) rather than a loop that may simply go round again."""
+    last_log = -math.inf
     while True:
         try:
-            await r.ping()
-            return
+            return await attempt()
         except (RedisError, OSError) as exc:
+            if on_error is not None:
+                on_error(exc)
             if time.monotonic() - last_log >= 5.0:
-                log.warning("%s: waiting for Redis (%s: %s)", service, type(exc).__name__, exc)
+                log.warning("%s: %s: %s (retrying until Redis answers)", what, type(exc).__name__, exc)
                 last_log = time.monotonic()
-            await anyio.sleep(backoff)
-            backoff = min(max_backoff_s, backoff * 2)
+            await anyio.sleep(backoff_s)
+            backoff_s = min(max_backoff_s, backoff_s * 2)
+
+
+async def wait_for_redis(r: Any, service: str, max_backoff_s: float = 5.0) -> None:
+    """Return once Redis answers a PING, so a service started before its Redis waits for it
+    instead of exiting."""
+    await retry_redis(f"{service}: waiting for Redis", r.ping, max_backoff_s=max_backoff_s)

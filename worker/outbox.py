@@ -15,8 +15,6 @@ fenced script (worker/leases.py), then the telemetry. So:
 from __future__ import annotations
 
 import logging
-import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -24,8 +22,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from redis.exceptions import RedisError
 
-from shared import codec, keys
-from shared.loops import Signal
+from shared.loops import Signal, retry_redis
 from worker.engine.api import StepStats
 from worker.leases import JobWrite, Leases
 from worker.telemetry import TelemetryPublisher
@@ -117,30 +114,16 @@ class Outbox:
                 self.on_written([Written(w, h) for w, h in zip(writes, held, strict=True)])
 
     async def _write_jobs(self, writes: list[JobWrite]) -> list[bool]:
-        backoff, last_log = 0.05, -math.inf
-        while True:
-            try:
-                return await self.leases.write(writes)
-            except (RedisError, OSError) as exc:
-                self.retries += 1
-                if time.monotonic() - last_log > 5:
-                    log.warning(
-                        "job writes failed (%s: %s); retrying until Redis answers", type(exc).__name__, exc
-                    )
-                    last_log = time.monotonic()
-                await anyio.sleep(backoff)
-                backoff = min(2.0, backoff * 2)
+        def count(_: BaseException) -> None:
+            self.retries += 1
+
+        return await retry_redis(
+            "job writes", lambda: self.leases.write(writes), backoff_s=0.05, on_error=count
+        )
 
     async def _write_telemetry(self, stats: list[StepStats]) -> None:
         version, fallback = self.version()
         try:
-            lag = await self.telemetry.job_lag()
-            pipe = self.leases.r.pipeline(transaction=False)
-            for s in stats:
-                t = self.telemetry.build(s, lag, version, fallback)
-                pipe.xadd(
-                    keys.TELEMETRY_STREAM, codec.entry(t), maxlen=keys.TELEMETRY_MAXLEN, approximate=True
-                )
-            await pipe.execute()
+            await self.telemetry.publish_many(stats, version, fallback)
         except (RedisError, OSError) as exc:
             log.warning("telemetry of %d steps not published: %s", len(stats), exc)

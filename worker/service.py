@@ -14,8 +14,9 @@ Redis outage; ``request_stop`` drains: no new jobs, running ones finish within
 from __future__ import annotations
 
 import logging
+from functools import partial
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import anyio
 import redis.asyncio as aioredis
@@ -24,7 +25,7 @@ from redis.exceptions import RedisError
 from shared import codec, keys
 from shared.connection import connect
 from shared.errors import ErrorCode
-from shared.loops import Signal, every, keep_running, wait_for_redis
+from shared.loops import Signal, every, keep_running, retry_redis, wait_for_redis
 from shared.schemas import CancelRequest, ErrorEvent, FinishEvent, FinishReason
 from shared.streams import Entry, entries, last_id
 from worker.admission import Admission
@@ -61,7 +62,7 @@ class WorkerService:
         self.engine = engine if engine is not None else create_engine(s.model_dir, **opts)
         self.prompts = prompts if prompts is not None else PromptEncoder.from_dir(s.model_dir)
         self.model_name = s.model_name or Path(s.model_dir).name
-        self.max_model_len = int(getattr(self.engine, "max_model_len", 0) or 0)
+        self.max_model_len = self.engine.max_model_len
         self.running = RunningJobs(s.max_jobs)
         self.intake = JobIntake(self.r, s.worker_id, s.claim_idle_s, model=self.model_name)
         self.leases = Leases(self.r, s.worker_id, s.result_ttl_s, model=self.model_name)
@@ -97,7 +98,7 @@ class WorkerService:
     async def run(self, burst: bool = False) -> None:
         """Serve until cancelled or stopped; with ``burst``, drain the job stream and return."""
         await wait_for_redis(self.r, f"worker {self.worker_id}")
-        await keep_trying("worker start", self._start)
+        await retry_redis("worker start", self._start)
         http = self.metrics.serve_http(self.settings.metrics_port, self.settings.metrics_host)
         log.info(
             "worker %s serving %s (drafters: %s)",
@@ -164,22 +165,18 @@ class WorkerService:
                 continue
             try:
                 # An entry in hand is taken to the end even through a Redis outage.
-                run = await keep_trying("admission", lambda e=entry_id, f=fields: self.admission.take(e, f))
+                run = await retry_redis("admission", partial(self.admission.take, entry_id, fields))
             except Exception as exc:  # a bug must not take the worker down: dead-letter the entry
                 log.exception("admission of entry %s failed", entry_id)
-                await keep_trying(
-                    "dead letter",
-                    lambda e=entry_id, f=fields, x=exc: self.intake.dead_letter(
-                        e, f, f"admission failed: {x!r}"
-                    ),
-                )
+                reason = f"admission failed: {exc!r}"
+                await retry_redis("dead letter", partial(self.intake.dead_letter, entry_id, fields, reason))
                 continue
             if run is not None:
                 await self._begin(run)
 
     async def _begin(self, run: JobRun) -> None:
         self.running.admit(run)
-        reason = run.resumed_final_reason(frozenset(getattr(self.engine, "eos_token_ids", ())))
+        reason = run.resumed_final_reason(self.engine.eos_token_ids)
         if reason is not None:  # the output sent before the failover already ends the job
             tail, final = run.finish(reason)
             run.done = True
@@ -190,13 +187,15 @@ class WorkerService:
         # rule: a job on its last delivery runs alone.
         if run.alone:
             log.warning(
-                "job %s is on its last delivery: running it alone (request %s)", run.job_id,
-                run.job.request_id, extra={"job_id": run.job_id, "request_id": run.job.request_id},
+                "job %s is on its last delivery: running it alone (request %s)",
+                run.job_id,
+                run.job.request_id,
+                extra={"job_id": run.job_id, "request_id": run.job.request_id},
             )
         while (run.alone and len(self.running) > 1) or any(o.alone for o in self.running if o is not run):
             await self.running.ended.wait()
         self.engine.add_request(run.engine_request())
-        if await keep_trying("cancel check", lambda: self.admission.cancelled(run.job_id)):
+        if await retry_redis("cancel check", lambda: self.admission.cancelled(run.job_id)):
             self.engine.abort_request(run.job_id)
         self._work.fire()
 
@@ -220,7 +219,7 @@ class WorkerService:
             len(self.running),
             self.settings.drain_timeout_s,
         )
-        await keep_trying("heartbeat", self._heartbeat)
+        await retry_redis("heartbeat", self._heartbeat)
         with anyio.move_on_after(self.settings.drain_timeout_s):
             while len(self.running):
                 await self.running.ended.wait()
@@ -232,9 +231,8 @@ class WorkerService:
         idle_ms = int(self.settings.claim_idle_s * 1000) + 1
         for run in left:
             if self.running.retire(run.job_id) is not None:
-                await keep_trying(
-                    "hand-back", lambda r=run: self.leases.hand_back(r.job_id, r.lease, r.entry_id, idle_ms)
-                )
+                back = partial(self.leases.hand_back, run.job_id, run.lease, run.entry_id, idle_ms)
+                await retry_redis("hand-back", back)
         if left:
             log.info("worker %s handed %d running jobs back", self.worker_id, len(left))
 
@@ -252,7 +250,9 @@ class WorkerService:
             self.jobs_lost += 1
             rid = run.job.request_id
             log.warning(
-                "job %s was taken over by another worker; stopped here (request %s)", job_id, rid,
+                "job %s was taken over by another worker; stopped here (request %s)",
+                job_id,
+                rid,
                 extra={"job_id": job_id, "request_id": rid},
             )
 
@@ -276,7 +276,9 @@ class WorkerService:
             if isinstance(msg, CancelRequest) and (run := self.running.get(msg.job_id)) is not None:
                 rid = run.job.request_id
                 log.info(
-                    "cancelling job %s (request %s)", msg.job_id, rid,
+                    "cancelling job %s (request %s)",
+                    msg.job_id,
+                    rid,
                     extra={"job_id": msg.job_id, "request_id": rid},
                 )
                 self.engine.abort_request(msg.job_id)
@@ -328,14 +330,3 @@ class WorkerService:
                 self.jobs_ended += 1
                 self.metrics.observe_final(w.write.final, run.attempt)
                 log_finished(run.job, w.write.final, self.worker_id, run.attempt)
-
-
-async def keep_trying(what: str, attempt: Any, backoff_s: float = 0.1) -> Any:
-    """Await ``attempt()`` until it gets through a Redis error (with backoff)."""
-    while True:
-        try:
-            return await attempt()
-        except (RedisError, OSError) as exc:
-            log.warning("%s: %s: %s (retrying)", what, type(exc).__name__, exc)
-            await anyio.sleep(backoff_s)
-            backoff_s = min(2.0, backoff_s * 2)

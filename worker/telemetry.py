@@ -38,8 +38,19 @@ class TelemetryPublisher:
 
     async def publish(self, stats: StepStats, decision_version: int, fallback: bool) -> Telemetry:
         """Publish one step's stats; an idle heartbeat is a step with batch_size 0."""
-        t = self.build(stats, await self.job_lag(), decision_version, fallback)
-        await self.r.xadd(
-            keys.TELEMETRY_STREAM, codec.entry(t), maxlen=keys.TELEMETRY_MAXLEN, approximate=True
-        )
+        (t,) = await self.publish_many([stats], decision_version, fallback)
         return t
+
+    async def publish_many(
+        self, stats: list[StepStats], decision_version: int, fallback: bool
+    ) -> list[Telemetry]:
+        """Publish several steps' stats in one round trip (the outbox batches them)."""
+        lag = await self.job_lag()
+        sent = [self.build(s, lag, decision_version, fallback) for s in stats]
+        async with self.r.pipeline(transaction=False) as pipe:
+            for t in sent:
+                pipe.xadd(
+                    keys.TELEMETRY_STREAM, codec.entry(t), maxlen=keys.TELEMETRY_MAXLEN, approximate=True
+                )
+            await pipe.execute()
+        return sent
