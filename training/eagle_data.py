@@ -28,6 +28,7 @@ from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from training.corpus import code_domain
+from training.generate import left_padded
 from training.smol_data import (
     ALPACA_TRAIN,
     _load_json,
@@ -99,10 +100,8 @@ def generate_features(model: PreTrainedModel, prompts: list[list[int]], new_toke
     bar = tqdm(total=len(prompts) * new_tokens, desc=desc, unit="tok", mininterval=5.0)
     for start in range(0, len(order), batch_size):
         rows = order[start:start + batch_size]
-        width = max(len(prompts[i]) for i in rows)
-        ids = torch.tensor([[pad_id] * (width - len(prompts[i])) + prompts[i] for i in rows])
-        mask = torch.tensor([[0] * (width - len(prompts[i])) + [1] * len(prompts[i]) for i in rows])
-        pos = (mask.cumsum(-1) - 1).clamp_min(0)
+        ids, mask, pos = left_padded([prompts[i] for i in rows], pad_id)
+        width = ids.shape[1]
         res = body(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
         feats = [res.last_hidden_state.half()]
         nxt = head(res.last_hidden_state[:, -1]).argmax(-1)

@@ -63,6 +63,15 @@ class LabelledSeq:
         return self.tokens[self.prompt_len:]
 
 
+def left_padded(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A batch of prompts padded on the left: token ids, attention mask, and positions that
+    start at 0 on each prompt's first real token."""
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    return ids, mask, (mask.cumsum(-1) - 1).clamp_min(0)
+
+
 def _topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     top, ids = logits.float().topk(k, dim=-1)
     return ids.to(torch.int32), F.softmax(top, dim=-1).to(torch.float16)
@@ -81,10 +90,8 @@ def generate_labelled(model: PreTrainedModel, prompts: list[list[int]], new_toke
     results: dict[int, LabelledSeq] = {}
     for start in range(0, len(order), batch_size):
         rows = order[start:start + batch_size]
-        width = max(len(prompts[i]) for i in rows)
-        ids = torch.tensor([[pad_id] * (width - len(prompts[i])) + prompts[i] for i in rows])
-        mask = torch.tensor([[0] * (width - len(prompts[i])) + [1] * len(prompts[i]) for i in rows])
-        pos = (mask.cumsum(-1) - 1).clamp_min(0)
+        ids, mask, pos = left_padded([prompts[i] for i in rows], pad_id)
+        width = ids.shape[1]
         out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
         ids_k, probs_k = _topk(out.logits, k)
         steps_ids, steps_probs, emitted = [], [], []
