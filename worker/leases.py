@@ -27,14 +27,16 @@ if status == 'finished' or status == 'cancelled' or status == 'failed' then retu
 if redis.call('EXISTS', KEYS[2]) == 1 then return {-1, 0} end
 local lease = redis.call('HINCRBY', KEYS[1], 'lease', 1)
 local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
-redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[2])
+redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[2], 'wseq', 0)
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 return {lease, attempts}
 """
 
 # KEYS: the jobs stream, then per job its hash and events stream. ARGV: TTL, worker id,
 # group, n jobs, then per job: lease, entry id to ack ('' = not final), status ('' = not
-# final), result ('' = none), n events, the events. One call writes a whole batch (a script
+# final), result ('' = none), write number (0 = none; a write at or below the hash's
+# ``wseq`` was applied already and is skipped, so a retry after a lost reply repeats
+# nothing), n events, the events. One call writes a whole batch (a script
 # call costs the embedded store ~1 ms, whatever it does). Returns per job 1, or 0 (lost:
 # nothing written for it).
 _WRITE = """
@@ -44,12 +46,16 @@ local a = 5
 for j = 1, tonumber(ARGV[4]) do
   local hash, events = KEYS[2 * j], KEYS[2 * j + 1]
   local lease, ack, status, result = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-  local first = a + 5
-  local last = first + tonumber(ARGV[a + 4]) - 1
+  local seq = tonumber(ARGV[a + 4])
+  local first = a + 6
+  local last = first + tonumber(ARGV[a + 5]) - 1
   a = last + 1
   if redis.call('HGET', hash, 'lease') ~= lease then
     out[j] = 0
+  elseif seq > 0 and tonumber(redis.call('HGET', hash, 'wseq') or '0') >= seq then
+    out[j] = 1  -- applied already: a retry after a reply lost with the connection
   else
+    if seq > 0 then redis.call('HSET', hash, 'wseq', seq) end
     for i = first, last do redis.call('XADD', events, '*', 'm', ARGV[i]) end
     -- The TTL is set once and renewed with the result: every write wakes every blocked
     -- client of the embedded store, so a step makes as few as it can.
@@ -109,6 +115,7 @@ class JobWrite:
     entry_id: bytes
     events: list[JobEvent] = field(default_factory=list)
     final: FinishEvent | ErrorEvent | None = None
+    seq: int = 0  # this lease's write number (the outbox numbers them; 0: not deduplicated)
 
 
 class Leases:
@@ -168,4 +175,4 @@ class Leases:
         status = jobs.terminal_status(w.final).value if w.final is not None else ""
         result = codec.encode(w.final) if w.final is not None else b""
         ack = w.entry_id if w.final is not None else b""
-        return [w.lease, ack, status, result, len(events), *(codec.encode(ev) for ev in events)]
+        return [w.lease, ack, status, result, w.seq, len(events), *(codec.encode(ev) for ev in events)]

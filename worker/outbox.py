@@ -83,6 +83,7 @@ class Outbox:
         self._done = 0
         self._flushed = Signal()
         self.retries = 0  # must-happen writes retried after a Redis error (for tests, logs)
+        self._seqs: dict[tuple[str, int], int] = {}  # (job, lease) -> its last write's number
 
     async def put(self, item: StepOutput) -> None:
         """Queue one step's output (waits while ``capacity`` steps are unwritten)."""
@@ -114,6 +115,14 @@ class Outbox:
                 self.on_written([Written(w, h) for w, h in zip(writes, held, strict=True)])
 
     async def _write_jobs(self, writes: list[JobWrite]) -> list[bool]:
+        # Numbered once, before any retry: a retried batch whose first try landed (its reply
+        # lost with the connection) is then skipped by the script instead of written twice.
+        for w in writes:
+            key = (w.job_id, w.lease)
+            w.seq = self._seqs[key] = self._seqs.get(key, 0) + 1
+            if w.final is not None:
+                del self._seqs[key]
+
         def count(_: BaseException) -> None:
             self.retries += 1
 

@@ -108,3 +108,18 @@ async def test_one_batch_writes_the_held_jobs_and_skips_the_lost_one(r: aioredis
         p["message_id"] for p in await r.xpending_range(keys.jobs_stream(M), keys.JOBS_GROUP, "-", "+", 10)
     }
     assert pending == {entries["a"], entries["b"]}
+
+
+async def test_a_retried_write_whose_first_try_landed_is_not_written_again(r: aioredis.Redis) -> None:
+    entry = await _pending_job(r, "j", "w1")
+    w1 = Leases(r, "w1", 60, model=M)
+    lease, _ = await w1.start("j")
+    write = JobWrite("j", lease, entry, [_token("j", 0)], seq=1)
+    assert await w1.write([write]) == [True]
+    assert await w1.write([write]) == [True]  # the same batch again: its reply was lost
+    assert await r.xlen(keys.job_events(M, "j")) == 1
+    assert await w1.write([JobWrite("j", lease, entry, [_token("j", 1)], seq=2)]) == [True]
+    assert await r.xlen(keys.job_events(M, "j")) == 2
+    lease2, _ = await Leases(r, "w2", 60, model=M).start("j")  # a new lease counts from 0 again
+    assert await w1.write([JobWrite("j", lease2, entry, [_token("j", 2)], seq=1)]) == [True]
+    assert await r.xlen(keys.job_events(M, "j")) == 3
