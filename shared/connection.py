@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlsplit
 
 import redis.asyncio as aioredis
@@ -69,6 +69,7 @@ def connect(url: str | None = None) -> aioredis.Redis:
             decode_responses=False,
             socket_timeout=None,
             health_check_interval=30,
+            **_reconnect_once(),
         )
         return aioredis.Redis(connection_pool=pool)
     if url.startswith("redis+sentinel://"):
@@ -79,6 +80,20 @@ def connect(url: str | None = None) -> aioredis.Redis:
         f"unsupported Redis URL {url!r}: use redis://host:port/db, redis+sentinel://host:port[,host:port]"
         "/service[/db], redis+cluster://host:port[,host:port] or memory://"
     )
+
+
+def _reconnect_once() -> dict[str, Any]:
+    """A command that meets a pooled connection Redis closed (it restarted since the
+    connection was last used) reconnects and is sent once more, instead of failing with
+    "Connection closed by server" while Redis is up again. Safe to resend: the writes that
+    must happen once are idempotent (admission by job id, the worker's fenced writes by wseq);
+    a resent telemetry or decision entry is one more sample, harmless."""
+    from redis.asyncio.retry import Retry
+    from redis.backoff import ExponentialBackoff
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    retry = Retry(ExponentialBackoff(cap=0.2, base=0.02), 1)
+    return {"retry": retry, "retry_on_error": [RedisConnectionError]}
 
 
 def _hosts(netloc: str) -> tuple[str | None, list[tuple[str, int]]]:

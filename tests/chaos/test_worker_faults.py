@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import signal
 import time
+from collections import Counter
 
 import httpx
 import pytest
@@ -42,20 +43,29 @@ async def test_worker_sigkill_under_load(healthy: Cluster, gw: httpx.AsyncClient
     n_tokens, prompts = N_TOKENS, PROMPTS
     t0 = time.time()
     job_ids = {await submit(gw, p, max_tokens=n_tokens, ignore_eos=True): p for p in prompts}
-    victim = c.workers[0]
 
-    async def victim_busy() -> list[str]:
-        got = await busy_on(r, list(job_ids), victim)
-        return got if len(got) >= 3 else []
+    async def a_worker_busy() -> str | None:
+        # The victim is whichever worker first streams at least 3 of the jobs.
+        for w in c.workers:
+            if len(await busy_on(r, list(job_ids), w)) >= 3:
+                return w
+        return None
 
-    await poll(victim_busy, 60, f"{victim} to be running jobs", every_s=0.02)
+    try:
+        victim = await poll(a_worker_busy, 60, "a worker to be running 3 jobs", every_s=0.02)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{await _state(c, r, list(job_ids))}") from None
+    assert isinstance(victim, str)
     killed_at = c.signal(victim, signal.SIGKILL)
     orphans = [
         j
         for j, h in (await holdings(r, list(job_ids))).items()
         if h.worker == victim and h.status == "running"
     ]
-    await wait_all_ended(r, list(job_ids), 90, "every job to end after the kill")
+    try:
+        await wait_all_ended(r, list(job_ids), 90, "every job to end after the kill")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{await _state(c, r, list(job_ids))}") from None
     t_end = time.time()
     audits = {j: await audit(r, j) for j in job_ids}
     expected = {j: expected_greedy(c.model_dir, p, n_tokens) for j, p in job_ids.items()}
@@ -131,3 +141,11 @@ def _bad(audits: dict[str, Audit]) -> list[tuple[str, int, int, list[tuple[str, 
         for j, a in audits.items()
         if a.duplicated or a.finals != 1 or a.gaps
     ]
+
+
+async def _state(c: Cluster, r: aioredis.Redis, job_ids: list[str]) -> str:
+    """What a failed wait reports: who holds the jobs, each worker's heartbeat, log tails."""
+    held = Counter((h.worker, h.status) for h in (await holdings(r, job_ids)).values())
+    beats = {w: worker_info(await r.hget(keys.WORKERS, w)) for w in c.workers}
+    tails = "\n".join(f"--- {w} log:\n{c.log_tail(w, 2500)}" for w in c.workers)
+    return f"holdings (worker, status) -> jobs: {dict(held)}\nheartbeats: {beats}\n{tails}"

@@ -83,3 +83,20 @@ def test_default_url_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_unknown_scheme_is_refused() -> None:
     with pytest.raises(ValueError, match="unsupported Redis URL"):
         connection.connect("http://x")
+
+
+@pytest.mark.redis
+async def test_a_connection_redis_closed_is_reopened_for_the_next_command() -> None:
+    """After a Redis restart every pooled connection is dead; the next command on one
+    reconnects and goes through instead of failing with "Connection closed by server"."""
+    client = connection.connect("redis://127.0.0.1:6379/12")
+    killer = connection.connect("redis://127.0.0.1:6379/12")
+    try:
+        await client.set("nj:test:reconnect", b"1")
+        own_id = await client.client_id()  # the one pooled connection
+        assert await killer.client_kill_filter(_id=str(own_id)) == 1
+        assert await client.get("nj:test:reconnect") == b"1"
+    finally:
+        await client.delete("nj:test:reconnect")
+        await client.aclose()
+        await killer.aclose()
