@@ -44,6 +44,7 @@ def valid_text(v: str) -> str:
     return v
 
 
+MAX_LOGPROBS = 20  # top logprobs per position (OpenAI allows 5 on completions, 20 on chat; vLLM 20)
 TokenId = Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]
 Bias = Annotated[float, Field(ge=-100.0, le=100.0, allow_inf_nan=False)]
 
@@ -69,7 +70,10 @@ class SamplingParams(BaseModel):
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0, allow_inf_nan=False)
     repetition_penalty: float = Field(default=1.0, gt=0.0, le=10.0, allow_inf_nan=False)
     logit_bias: dict[TokenId, Bias] = Field(default_factory=dict, max_length=1024)
-    logprobs: int | None = Field(default=None, ge=0, le=20)  # None: none; k: the sampled token's and top k
+    # The target's raw log-softmax (before any processor or temperature): None = none, k = each
+    # output token's and the top k at its position; prompt_logprobs: the same for the prompt.
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    prompt_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
 
     @field_validator("temperature")
     @classmethod
@@ -175,13 +179,62 @@ class StartEvent(JobEvent):
     prompt_tokens: int = 0
 
 
+class Logprobs(BaseModel):
+    """Log-probabilities of consecutive tokens, column by column (compact on the wire): token
+    i is ``token_ids[i]``, rendered alone as ``tokens[i]``, with the target's log-probability
+    ``logprobs[i]`` (None only for a prompt's first token, which nothing predicts) and the
+    ``top_ids[i]`` / ``top_tokens[i]`` / ``top_logprobs[i]`` of its position, most likely
+    first (empty lists for k = 0 and for a prompt's first token)."""
+
+    model_config = ConfigDict(extra="forbid")
+    token_ids: list[int] = Field(default_factory=list)
+    tokens: list[str] = Field(default_factory=list)
+    logprobs: list[float | None] = Field(default_factory=list)
+    top_ids: list[list[int]] = Field(default_factory=list)
+    top_tokens: list[list[str]] = Field(default_factory=list)
+    top_logprobs: list[list[float]] = Field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    def slice(self, start: int, stop: int | None = None) -> Logprobs:
+        """Tokens ``start .. stop`` (a new object)."""
+        s = slice(start, stop)
+        return Logprobs(
+            token_ids=self.token_ids[s],
+            tokens=self.tokens[s],
+            logprobs=self.logprobs[s],
+            top_ids=self.top_ids[s],
+            top_tokens=self.top_tokens[s],
+            top_logprobs=self.top_logprobs[s],
+        )
+
+    @classmethod
+    def join(cls, parts: list[Logprobs]) -> Logprobs:
+        """The parts' tokens, in order, as one object."""
+        out = cls()
+        for p in parts:
+            out.token_ids += p.token_ids
+            out.tokens += p.tokens
+            out.logprobs += p.logprobs
+            out.top_ids += p.top_ids
+            out.top_tokens += p.top_tokens
+            out.top_logprobs += p.top_logprobs
+        return out
+
+
 class TokenEvent(JobEvent):
-    """New output tokens; ``index`` is the position of the first one in the output."""
+    """New output tokens; ``index`` is the position of the first one in the output.
+    ``logprobs`` (asked for: ``SamplingParams.logprobs``) covers exactly ``token_ids``;
+    ``prompt_logprobs`` (``SamplingParams.prompt_logprobs``) comes once, on the job's first
+    token event."""
 
     kind: ClassVar[str] = "token"
     index: int
     token_ids: list[int]
     text: str
+    logprobs: Logprobs | None = None
+    prompt_logprobs: Logprobs | None = None
 
 
 class FinishEvent(JobEvent):
@@ -196,6 +249,8 @@ class FinishEvent(JobEvent):
     worker_id: str = ""
     ttft_s: float | None = None
     latency_s: float | None = None
+    logprobs: Logprobs | None = None  # of every token of token_ids, when asked for
+    prompt_logprobs: Logprobs | None = None  # of the prompt's tokens, when asked for
 
 
 class ErrorEvent(JobEvent):

@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 from shared.errors import ErrorCode
-from shared.schemas import Decision, FinishReason, SamplingParams, StepStats
+from shared.schemas import Decision, FinishReason, Logprobs, SamplingParams, StepStats
 
 __all__ = ["Engine", "EngineRequest", "RequestOutput", "StepResult", "StepStats"]
 
@@ -41,6 +41,9 @@ class RequestOutput:
     cached_prompt_tokens: int = 0  # prompt tokens served from the prefix cache
     error: str | None = None  # finish_reason "error": what went wrong, for the client
     error_code: ErrorCode | None = None  # finish_reason "error": CONTEXT_LENGTH_EXCEEDED, ENGINE_ERROR, ...
+    # Asked for (params.logprobs / prompt_logprobs): ids and values, no text (the worker renders it).
+    logprobs: Logprobs | None = None  # of new_token_ids, one entry each
+    prompt_logprobs: Logprobs | None = None  # of the prompt, once: with the first output token
 
 
 @dataclass

@@ -52,16 +52,17 @@ class BlockManager:
 
     # ------------------------------------------------------------------ prefix reuse
 
-    def match_prefix(self, seq_id: str, tokens: list[int]) -> int:
+    def match_prefix(self, seq_id: str, tokens: list[int], reuse: bool = True) -> int:
         """Start ``seq_id``'s table with the cached blocks that hold a prefix of ``tokens``
         (full blocks, then possibly one partially filled tail block). Returns the number of
-        tokens served; ``len(tokens)`` means an exact repeat of cached content."""
+        tokens served; ``len(tokens)`` means an exact repeat of cached content. ``reuse``
+        false: none (the sequence needs every prompt row computed)."""
         table = self.tables.setdefault(seq_id, [])
         if table:
             raise RuntimeError(f"{seq_id} already has blocks")
         self._frozen[seq_id] = 0
         self.prefix_queries += len(tokens)
-        if not self.prefix_caching:
+        if not (self.prefix_caching and reuse):
             return 0
         bs, pool = self.block_size, self.pool
         parent_hash: int | None = None

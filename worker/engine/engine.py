@@ -35,6 +35,7 @@ from worker.engine.config import EngineConfig
 from worker.engine.inbox import Abort, AddRequest, ApplyDecision, Inbox, Resize
 from worker.engine.kv_cache import bytes_per_block
 from worker.engine.logits_cache import LogitsCache
+from worker.engine.logprobs import record_output, record_prompt, take
 from worker.engine.model_runner import ForwardItem, ModelRunner
 from worker.engine.records import Candidate, Drafted, StepWork, Verified
 from worker.engine.scheduler import Scheduled, Scheduler
@@ -195,6 +196,7 @@ class LLMEngine(Engine):
         slots: list[Candidate | int] = []  # per sequence with rows: its candidate, or its item
         items: list[ForwardItem] = []
         owners: list[Scheduled] = []
+        wants: list[int] = []  # per item: its candidate's rows (more rows: prompt logprobs)
         for s in scheduled:
             seq, start = s.seq, s.seq.num_computed
             if s.exact and (stored := self.logits_cache.get(seq.token_ids)) is not None:
@@ -203,12 +205,13 @@ class LLMEngine(Engine):
                 continue
             end = start + s.num_new
             wanted = 0 if end < len(seq.token_ids) else 1 if s.prefill else s.num_new
-            if wanted:
+            n_rows = s.num_new if s.prefill and seq.wants_prompt_logprobs else wanted
+            if n_rows:
                 slots.append(len(items))
-            items.append(
-                ForwardItem(seq.token_ids[start:end], start, self.blocks.table(seq.request_id), wanted)
-            )
+            table = self.blocks.table(seq.request_id)
+            items.append(ForwardItem(seq.token_ids[start:end], start, table, n_rows))
             owners.append(s)
+            wants.append(wanted)
         if items and self.spec.wants_features():
             # A feature drafter reads the target's last hidden states of every computed row.
             logits, first, feats = self.runner.run_with_features(items)
@@ -223,9 +226,14 @@ class LLMEngine(Engine):
             if isinstance(slot, Candidate):
                 candidates.append(slot)
                 continue
-            s, f = owners[slot], first[slot]
+            s, f, w = owners[slot], first[slot], wants[slot]
             end = f + items[slot].num_logits
-            candidates.append(Candidate(s, logits[f:end], ids[f:end], drafts.get(s.seq.request_id)))
+            if s.seq.logprobs is not None and items[slot].num_logits > w:  # rows scoring prompt tokens
+                record_prompt(s.seq.logprobs, s.seq.prompt_token_ids, items[slot].start, logits[f:end])
+            if w:
+                candidates.append(
+                    Candidate(s, logits[end - w : end], ids[end - w : end], drafts.get(s.seq.request_id))
+                )
         return candidates
 
     def _postprocess(self, scheduled: list[Scheduled], verified: list[Verified]) -> int:
@@ -244,6 +252,7 @@ class LLMEngine(Engine):
         seq, d, out = v.seq, v.drafted, v.emitted
         start = len(seq.token_ids) - (len(d.tokens) if d else 0)
         keep = self._keep(seq, start, out)
+        record_output(seq.logprobs, start - seq.num_prompt, v.candidate.logits, out[:keep])
         if d is not None:
             seq.truncate(start + keep - 1)
             self.blocks.truncate(seq.request_id, start + keep - 1)
@@ -311,6 +320,7 @@ class LLMEngine(Engine):
 
     def _output(self, seq: Sequence) -> RequestOutput:
         new = seq.output_token_ids[seq.num_reported :]
+        logprobs, prompt_logprobs = take(seq.logprobs, seq.num_reported, seq.num_output, seq.prompt_token_ids)
         seq.num_reported = seq.num_output
         return RequestOutput(
             request_id=seq.request_id,
@@ -322,6 +332,8 @@ class LLMEngine(Engine):
             cached_prompt_tokens=seq.num_cached_prompt,
             error=seq.error,
             error_code=seq.error_code,
+            logprobs=logprobs,
+            prompt_logprobs=prompt_logprobs,
         )
 
     # ---------------------------------------------------- inbox and elastic memory

@@ -178,7 +178,7 @@ class Scheduler:
         The last token is always computed again unless the engine serves an exact repeat
         (every token's KV cached: ``Scheduled.exact``) from stored logits."""
         tokens = seq.token_ids
-        matched = self.blocks.match_prefix(seq.request_id, tokens)
+        matched = self.blocks.match_prefix(seq.request_id, tokens, reuse=not seq.wants_prompt_logprobs)
         seq.num_computed = min(matched, len(tokens) - 1)
         n = min(seq.num_uncomputed, budget)
         if not self.blocks.allocate(seq.request_id, seq.num_computed, seq.num_computed + n):

@@ -16,6 +16,7 @@ import torch
 
 from shared.errors import ErrorCode
 from shared.schemas import FinishReason, SamplingParams
+from worker.engine.logprobs import LogprobState
 from worker.engine.sampler import new_generator
 
 _order = itertools.count()
@@ -46,6 +47,7 @@ class Sequence:
     error: str | None = None
     error_code: ErrorCode | None = None
     num_reported: int = 0  # output tokens already handed to the caller
+    logprobs: LogprobState | None = None  # set when the request asks for logprobs (logprobs.py)
     order: int = field(default_factory=lambda: next(_order))
 
     def __post_init__(self) -> None:
@@ -53,6 +55,8 @@ class Sequence:
             self.token_ids = list(self.prompt_token_ids)
         if not self.params.greedy:
             self.generator = new_generator(self.params)
+        if self.params.logprobs is not None or self.params.prompt_logprobs is not None:
+            self.logprobs = LogprobState(self.params.logprobs, self.params.prompt_logprobs)
 
     @property
     def num_prompt(self) -> int:
@@ -69,6 +73,12 @@ class Sequence:
     @property
     def num_uncomputed(self) -> int:
         return len(self.token_ids) - self.num_computed
+
+    @property
+    def wants_prompt_logprobs(self) -> bool:
+        """Its prompt's logprobs are asked for and not complete: every prompt row is
+        computed, none served from the prefix cache."""
+        return self.logprobs is not None and self.logprobs.prompt_pending(self.num_prompt)
 
     @property
     def is_finished(self) -> bool:

@@ -1,0 +1,96 @@
+"""Log-probabilities for the sequences that ask for them (``SamplingParams.logprobs`` /
+``prompt_logprobs``): vLLM's default "raw" logprobs, the log-softmax of the target's own
+logits before any processor, temperature or top-k / top-p.
+
+Output tokens: a candidate's logits row i scores the position of its emitted token i, so a
+token accepted under speculation gets its logprobs from the verification row at its
+position, and a plain decode from its one row: the same target logits either way.
+
+Prompt tokens: while a sequence that asks for them prefills for the first time, every row of
+each prompt chunk is computed (not just the last), row p scoring prompt token p + 1; such a
+sequence does not reuse cached prefix blocks (a cached prompt has no logits: see
+``Sequence.wants_prompt_logprobs``) until its prompt's logprobs are complete.
+
+Everything is kept by position, so a step that is undone (failure isolation, preemption)
+and recomputed overwrites what it wrote instead of adding to it. Only ids and values are
+filled here; the worker renders the tokens' text (``Logprobs.tokens``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from shared.schemas import Logprobs
+
+FLOOR = -9999.0  # what -inf is reported as (vLLM's value): JSON has no infinity
+
+
+@dataclass
+class LogprobState:
+    """One sequence's logprobs so far: of its output tokens (by output position) and, once
+    complete, of its prompt."""
+
+    k: int | None  # top-k of output positions; None: no output logprobs
+    prompt_k: int | None  # top-k of prompt positions; None: no prompt logprobs
+    output: list[Logprobs] = field(default_factory=list)  # one single-token entry per output token
+    prompt: list[Logprobs] = field(default_factory=list)  # prompt tokens 1.. scored so far
+    prompt_reported: bool = False
+
+    def prompt_pending(self, num_prompt: int) -> bool:
+        """Prompt logprobs are asked for and not complete yet."""
+        return self.prompt_k is not None and len(self.prompt) < num_prompt - 1
+
+
+def score(rows: torch.Tensor, tokens: list[int], k: int) -> list[Logprobs]:
+    """One single-token entry per row of ``rows [n, V]`` (raw logits): the log-softmax of
+    ``tokens[i]`` at row i and the top ``k`` of that row."""
+    if not tokens:
+        return []
+    lp = torch.log_softmax(rows[: len(tokens)].float(), dim=-1)
+    ids = torch.tensor(tokens, dtype=torch.long, device=lp.device).unsqueeze(1)
+    chosen = lp.gather(1, ids).squeeze(1).clamp_min(FLOOR).tolist()
+    if k > 0:
+        top = lp.topk(min(k, lp.shape[1]), dim=-1)
+        top_ids, top_lps = top.indices.tolist(), top.values.clamp_min(FLOOR).tolist()
+    else:
+        top_ids = top_lps = [[] for _ in tokens]
+    return [
+        Logprobs(token_ids=[t], logprobs=[c], top_ids=[i], top_logprobs=[v])
+        for t, c, i, v in zip(tokens, chosen, top_ids, top_lps, strict=True)
+    ]
+
+
+def record_prompt(state: LogprobState, prompt: list[int], start: int, rows: torch.Tensor) -> None:
+    """Rows of positions ``start ..`` of a prefill chunk: each scores the next prompt token."""
+    assert state.prompt_k is not None
+    end = min(start + rows.shape[0], len(prompt) - 1)
+    del state.prompt[start:]
+    if len(state.prompt) == start and end > start:
+        state.prompt += score(rows, prompt[start + 1 : end + 1], state.prompt_k)
+
+
+def record_output(state: LogprobState | None, position: int, rows: torch.Tensor, tokens: list[int]) -> None:
+    """The output tokens ``tokens``, the first at output ``position``, scored on the rows of
+    their positions (nothing unless output logprobs are asked for)."""
+    if state is None or state.k is None:
+        return
+    del state.output[position:]
+    state.output += score(rows, tokens, state.k)
+
+
+def take(
+    state: LogprobState | None, reported: int, upto: int, prompt: list[int]
+) -> tuple[Logprobs | None, Logprobs | None]:
+    """What to report now: the logprobs of output tokens ``reported .. upto``, and the
+    prompt's the first time there is any output (None, None: none asked for)."""
+    if state is None:
+        return None, None
+    out = Logprobs.join(state.output[reported:upto]) if state.k is not None else None
+    prompt_lp = None
+    if state.prompt_k is not None and not state.prompt_reported and upto > 0:
+        state.prompt_reported = True
+        first = Logprobs(token_ids=prompt[:1], logprobs=[None], top_ids=[[]], top_logprobs=[[]])
+        prompt_lp = Logprobs.join([first, *state.prompt])
+    return out, prompt_lp
