@@ -3,16 +3,24 @@
 In one run, for the same model, prompts and output length (greedy, EOS ignored, γ = 0, no
 drafters), at concurrency 1 and N:
 
-- engine: the engine stepped in this process (on the worker's core), no Redis, no HTTP;
+- engine: the engine stepped in a thread of this process pinned to the worker's core, no
+  Redis, no HTTP;
 - embedded: ``nightjar up`` (gateway, planner, worker in one process on the embedded store)
   as a separate process pinned to the worker's core;
 - redis: gateway, planner and worker as three processes on a real Redis, the worker alone
   on its core, the others (and Redis, and this client) on the rest.
 
-The client sends non-streaming /v1/completions requests and times each end to end. At
-concurrency 1 the figure is milliseconds per output token (a request's whole latency ÷ its
-tokens, prefill included, for both the engine and the served runs); at concurrency N it is
-output tokens per second. The ratios are served ÷ engine, printed side by side.
+All three are started first and measured in turns, round by round (engine, embedded, redis,
+engine, ...), so a machine shared with other work loads each of them alike; the figures are
+medians over the rounds. The client sends non-streaming /v1/completions requests and times
+each end to end. At concurrency 1 the figure is milliseconds per output token (a request's
+whole latency ÷ its tokens, prefill included, for both the engine and the served runs); at
+concurrency N it is output tokens per second. The ratios are served ÷ engine, side by side.
+
+Beside the wall-clock ratios it prints the CPU time the worker's core spent per output token
+(all threads of the worker process, or of ``nightjar up``; the engine's thread for the engine
+row) — what serving adds on that core, whatever else the machine runs — and the CPU the other
+services spent per request. The load average is printed at the start and at the end.
 
     python -m benchmarks.serve_overhead --model models/nj-target --redis-url redis://127.0.0.1:6379/3
 """
@@ -26,8 +34,11 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -42,75 +53,132 @@ PROMPTS = [
     "The weather in the mountains was",
     "Tom and Lily went to the park to",
 ]
+_HZ = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Samples:
+    """What one row gathered over the rounds."""
+
+    ms_per_token_c1: list[float] = field(default_factory=list)  # one per request at concurrency 1
+    walls_cn: list[float] = field(default_factory=list)  # one per round of N requests
+    cpu_s_cn: list[float] = field(default_factory=list)  # worker-core CPU seconds per round of N
+    other_cpu_s_cn: list[float] = field(default_factory=list)  # the other services' CPU per round
 
 
 @dataclass
 class Figures:
     ms_per_token_c1: float  # median over requests at concurrency 1
-    tokens_per_s_cn: float  # at concurrency N
+    tokens_per_s_cn: float  # at concurrency N (N × tokens ÷ the median round)
+    cpu_ms_per_token_cn: float  # worker-core CPU per output token at concurrency N
+    other_cpu_ms_per_request_cn: float  # CPU of the gateway, planner and Redis per request
 
 
 def _cpus(spec: str) -> set[int]:
     return {int(c) for c in spec.split(",") if c.strip()}
 
 
-def engine_figures(model: str, tokens: int, requests: int, concurrency: int, rounds: int) -> Figures:
-    """The engine alone, stepped to completion in this process."""
-    import torch
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of every thread of ``pid`` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _HZ
 
-    from shared.schemas import SamplingParams
-    from worker.engine.api import EngineRequest
-    from worker.engine_factory import create_engine
-    from worker.prompts import PromptEncoder
 
-    torch.set_num_threads(1)
-    engine = create_engine(model, drafters=[], ngram=False)
-    enc = PromptEncoder.from_dir(model)
-    ids = [list(enc.tokenizer(p)["input_ids"]) for p in PROMPTS]
-    params = SamplingParams(max_tokens=tokens, ignore_eos=True)
+def _pids(pattern: str) -> list[int]:
+    got = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
+    return [int(p) for p in got if int(p) != os.getpid()]
 
-    def run(n: int, tag: str) -> float:
+
+class EngineRow:
+    """The engine alone, in a thread of this process pinned to the worker's core."""
+
+    def __init__(self, model: str, tokens: int, cpu: str) -> None:
+        self.model, self.tokens, self.cpu = model, tokens, cpu
+        self._engine: Any = None
+        self._ids: list[list[int]] = []
+        self._n = 0
+
+    def _load(self) -> None:
+        os.sched_setaffinity(0, _cpus(self.cpu))  # this thread only
+        import torch
+
+        from worker.engine_factory import create_engine
+        from worker.prompts import PromptEncoder
+
+        torch.set_num_threads(1)
+        self._engine = create_engine(self.model, drafters=[], ngram=False)
+        enc = PromptEncoder.from_dir(self.model)
+        self._ids = [list(enc.tokenizer(p)["input_ids"]) for p in PROMPTS]
+
+    def _run(self, n: int) -> tuple[float, float]:
+        """Wall and CPU seconds of ``n`` requests stepped to completion together."""
+        from shared.schemas import SamplingParams
+        from worker.engine.api import EngineRequest
+
+        os.sched_setaffinity(0, _cpus(self.cpu))
+        params = SamplingParams(max_tokens=self.tokens, ignore_eos=True)
         for i in range(n):
-            engine.add_request(EngineRequest(f"{tag}-{i}", ids[i % len(ids)], params))
+            self._n += 1
+            self._engine.add_request(EngineRequest(f"r{self._n}", self._ids[i % len(self._ids)], params))
+        t0, c0 = time.perf_counter(), time.thread_time()
+        while self._engine.has_unfinished():
+            self._engine.step()
+        return time.perf_counter() - t0, time.thread_time() - c0
+
+    async def start(self) -> None:
+        await anyio.to_thread.run_sync(self._load)
+        await anyio.to_thread.run_sync(self._run, 2)  # warm
+
+    async def round(self, samples: Samples, requests: int, concurrency: int) -> None:
+        for _ in range(requests):
+            wall, _ = await anyio.to_thread.run_sync(self._run, 1)
+            samples.ms_per_token_c1.append(wall / self.tokens * 1000)
+        wall, cpu = await anyio.to_thread.run_sync(self._run, concurrency)
+        samples.walls_cn.append(wall)
+        samples.cpu_s_cn.append(cpu)
+        samples.other_cpu_s_cn.append(0.0)
+
+
+class ServedRow:
+    """A running deployment behind ``base_url``: ``worker_pids`` on the worker's core,
+    ``other_pids`` (gateway, planner, Redis) elsewhere."""
+
+    def __init__(self, client: httpx.AsyncClient, tokens: int, worker_pids: list[int], other_pids: list[int]):
+        self.client, self.tokens = client, tokens
+        self.worker_pids, self.other_pids = worker_pids, other_pids
+
+    async def one(self, i: int) -> float:
+        prompt = PROMPTS[i % len(PROMPTS)]
+        body = {"max_tokens": self.tokens, "temperature": 0, "ignore_eos": True, "prompt": prompt}
         t0 = time.perf_counter()
-        while engine.has_unfinished():
-            engine.step()
+        resp = await self.client.post("/v1/completions", json=body)
+        resp.raise_for_status()
+        got = resp.json()["usage"]["completion_tokens"]
+        if got != self.tokens:
+            raise RuntimeError(f"asked {self.tokens} tokens, got {got}")
         return time.perf_counter() - t0
 
-    run(2, "warm")
-    per_token = [run(1, f"c1-{i}") / tokens * 1000 for i in range(requests)]
-    walls = [run(concurrency, f"cn-{r}") for r in range(rounds)]
-    return Figures(statistics.median(per_token), concurrency * tokens / statistics.median(walls))
+    async def start(self) -> None:
+        await self.one(0)
+        await self.one(1)  # warm
+
+    async def round(self, samples: Samples, requests: int, concurrency: int) -> None:
+        for i in range(requests):
+            samples.ms_per_token_c1.append(await self.one(i) / self.tokens * 1000)
+        c0 = sum(process_cpu_s(p) for p in self.worker_pids)
+        o0 = sum(process_cpu_s(p) for p in self.other_pids)
+        t0 = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for i in range(concurrency):
+                tg.start_soon(self.one, i)
+        samples.walls_cn.append(time.perf_counter() - t0)
+        samples.cpu_s_cn.append(sum(process_cpu_s(p) for p in self.worker_pids) - c0)
+        samples.other_cpu_s_cn.append(sum(process_cpu_s(p) for p in self.other_pids) - o0)
 
 
-async def client_figures(base_url: str, tokens: int, requests: int, concurrency: int, rounds: int) -> Figures:
-    body = {"max_tokens": tokens, "temperature": 0, "ignore_eos": True}
-
-    async with httpx.AsyncClient(base_url=base_url, timeout=600) as client:
-
-        async def one(i: int) -> float:
-            t0 = time.perf_counter()
-            resp = await client.post("/v1/completions", json={**body, "prompt": PROMPTS[i % len(PROMPTS)]})
-            resp.raise_for_status()
-            got = resp.json()["usage"]["completion_tokens"]
-            if got != tokens:
-                raise RuntimeError(f"asked {tokens} tokens, got {got}")
-            return time.perf_counter() - t0
-
-        await one(0)
-        await one(1)  # warm
-        per_token = [await one(i) / tokens * 1000 for i in range(requests)]
-        walls = []
-        for _ in range(rounds):
-            t0 = time.perf_counter()
-            async with anyio.create_task_group() as tg:
-                for i in range(concurrency):
-                    tg.start_soon(one, i)
-            walls.append(time.perf_counter() - t0)
-    return Figures(statistics.median(per_token), concurrency * tokens / statistics.median(walls))
-
-
-async def embedded_figures(args: argparse.Namespace, cpu: str) -> Figures:
+@asynccontextmanager
+async def embedded(args: argparse.Namespace, cpu: str) -> AsyncIterator[ServedRow]:
     """``nightjar up`` as its own process on the worker's core."""
     port = free_port()
     cmd = [
@@ -123,7 +191,7 @@ async def embedded_figures(args: argparse.Namespace, cpu: str) -> Figures:
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300
-        async with httpx.AsyncClient(base_url=base, timeout=5) as c:
+        async with httpx.AsyncClient(base_url=base, timeout=600) as c:
             while True:
                 if proc.poll() is not None:
                     raise RuntimeError(f"nightjar up exited ({proc.returncode}); see {log.name}")
@@ -135,14 +203,15 @@ async def embedded_figures(args: argparse.Namespace, cpu: str) -> Figures:
                 if time.monotonic() > deadline:
                     raise TimeoutError("nightjar up did not come up")
                 await anyio.sleep(0.2)
-        return await client_figures(base, args.tokens, args.requests, args.concurrency, args.rounds)
+            yield ServedRow(c, args.tokens, [proc.pid], [])
     finally:
         proc.terminate()
         proc.wait(timeout=30)
         log.close()
 
 
-async def redis_figures(args: argparse.Namespace, cpu: str) -> Figures:
+@asynccontextmanager
+async def three_processes(args: argparse.Namespace, cpu: str) -> AsyncIterator[ServedRow]:
     cfg = BenchConfig(name="overhead", policy="static", params={})
     opts = TrioOptions(
         model_dir=args.model,
@@ -153,7 +222,45 @@ async def redis_figures(args: argparse.Namespace, cpu: str) -> Figures:
     )
     async with process_trio(cfg, opts, args.redis_url, Path(args.log_dir)) as trio:
         await wait_for_decision(trio.redis, time.monotonic() + 60)
-        return await client_figures(trio.base_url, args.tokens, args.requests, args.concurrency, args.rounds)
+        base = "nightjar --log-level warning"
+        worker = _pids(f"{base} worker .*--redis-url {args.redis_url}")
+        others = _pids(f"{base} (gateway|planner) .*--redis-url {args.redis_url}")
+        redis_pid = await trio.redis.info("server")
+        others.append(int(redis_pid["process_id"]))
+        async with httpx.AsyncClient(base_url=trio.base_url, timeout=600) as c:
+            yield ServedRow(c, args.tokens, worker, others)
+
+
+def figures(s: Samples, tokens: int, concurrency: int) -> Figures:
+    per_request = concurrency * tokens
+    return Figures(
+        statistics.median(s.ms_per_token_c1),
+        per_request / statistics.median(s.walls_cn),
+        statistics.median(s.cpu_s_cn) / per_request * 1000,
+        statistics.median(s.other_cpu_s_cn) / concurrency * 1000,
+    )
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+async def measure(args: argparse.Namespace, worker_cpu: str) -> dict[str, Figures]:
+    rows: dict[str, EngineRow | ServedRow] = {"engine": EngineRow(args.model, args.tokens, worker_cpu)}
+    async with AsyncExitStack() as stack:
+        starts: list[Callable[[], Awaitable[None]]] = [rows["engine"].start]
+        if not args.skip_embedded:
+            rows["embedded"] = await stack.enter_async_context(embedded(args, worker_cpu))
+        if args.redis_url:
+            rows["redis"] = await stack.enter_async_context(three_processes(args, worker_cpu))
+        starts += [row.start for name, row in rows.items() if name != "engine"]
+        for start in starts:
+            await start()
+        samples = {name: Samples() for name in rows}
+        for _ in range(args.rounds):  # in turns: a change of the machine's load hits every row
+            for name, row in rows.items():
+                await row.round(samples[name], args.requests, args.concurrency)
+    return {name: figures(s, args.tokens, args.concurrency) for name, s in samples.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,9 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="models/nj-target")
     p.add_argument("--redis-url", default=None, help="a real Redis for the three-process row")
     p.add_argument("--tokens", type=int, default=32)
-    p.add_argument("--requests", type=int, default=30, help="requests at concurrency 1")
+    p.add_argument("--requests", type=int, default=10, help="requests at concurrency 1, per round")
     p.add_argument("--concurrency", type=int, default=32)
-    p.add_argument("--rounds", type=int, default=5, help="rounds of --concurrency requests")
+    p.add_argument("--rounds", type=int, default=5, help="rounds (each: the c=1 requests, then N at once)")
     p.add_argument("--worker-cpu", default=None, help="the worker's core (default: the last one)")
     p.add_argument("--log-dir", default="/tmp/nightjar-overhead")
     p.add_argument("--json", default=None, help="also write the figures here")
@@ -173,22 +280,27 @@ def main(argv: list[str] | None = None) -> int:
     cores = sorted(os.sched_getaffinity(0))
     worker_cpu = args.worker_cpu or str(cores[-1])
     rest = ",".join(str(c) for c in cores if str(c) != worker_cpu) or worker_cpu
-    os.sched_setaffinity(0, _cpus(worker_cpu))  # the engine-only row runs where the worker will
-    rows = {"engine": engine_figures(args.model, args.tokens, args.requests, args.concurrency, args.rounds)}
-    os.sched_setaffinity(0, _cpus(rest))  # the client from now on
-    if not args.skip_embedded:
-        rows["embedded"] = anyio.run(embedded_figures, args, worker_cpu)
-    if args.redis_url:
-        rows["redis"] = anyio.run(redis_figures, args, worker_cpu)
+    load_before = load_average()
+    os.sched_setaffinity(0, _cpus(rest))  # the client; the engine row's thread pins itself
+    rows = anyio.run(measure, args, worker_cpu)
     base = rows["engine"]
-    print(f"model {args.model}, {args.tokens} output tokens, greedy, γ = 0; worker on core {worker_cpu}, "
-          f"client/gateway/planner/Redis on {rest}")  # fmt: skip
-    print(f"| run | ms/token c=1 | ÷ engine | tokens/s c={args.concurrency} | ÷ engine |")
-    print("|---|---|---|---|---|")
+    print(
+        f"model {args.model}, {args.tokens} output tokens, greedy, γ = 0; worker on core {worker_cpu}, "
+        f"client/gateway/planner/Redis on {rest}; {args.rounds} rounds in turns of {args.requests} requests "
+        f"at c=1 and {args.concurrency} at once; load average {load_before} before, {load_average()} after"
+    )
+    n = args.concurrency
+    print(
+        f"| run | ms/token c=1 | ÷ engine | tokens/s c={n} | ÷ engine | worker-core CPU ms/token c={n} "
+        f"| ÷ engine | other CPU ms/request c={n} |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for name, f in rows.items():
         print(
             f"| {name} | {f.ms_per_token_c1:.2f} | {f.ms_per_token_c1 / base.ms_per_token_c1:.2f} "
-            f"| {f.tokens_per_s_cn:.0f} | {f.tokens_per_s_cn / base.tokens_per_s_cn:.2f} |"
+            f"| {f.tokens_per_s_cn:.0f} | {f.tokens_per_s_cn / base.tokens_per_s_cn:.2f} "
+            f"| {f.cpu_ms_per_token_cn:.3f} | {f.cpu_ms_per_token_cn / base.cpu_ms_per_token_cn:.2f} "
+            f"| {f.other_cpu_ms_per_request_cn:.2f} |"
         )
     if args.json:
         Path(args.json).write_text(json.dumps({k: vars(v) for k, v in rows.items()}, indent=2))
