@@ -182,7 +182,8 @@ class StartEvent(JobEvent):
 class Logprobs(BaseModel):
     """Log-probabilities of consecutive tokens, column by column (compact on the wire): token
     i is ``token_ids[i]``, rendered alone as ``tokens[i]``, with the target's log-probability
-    ``logprobs[i]`` (None only for a prompt's first token, which nothing predicts) and the
+    ``logprobs[i]`` (None only for a prompt's first token, which nothing predicts, or an output
+    token an earlier attempt sent without them) and the
     ``top_ids[i]`` / ``top_tokens[i]`` / ``top_logprobs[i]`` of its position, most likely
     first (empty lists for k = 0 and for a prompt's first token)."""
 

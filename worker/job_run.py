@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from shared.schemas import FinishEvent, FinishReason, JobRequest, Message, TokenEvent
+from shared.schemas import FinishEvent, FinishReason, JobRequest, Logprobs, Message, TokenEvent
 from worker.detokenizer import Decoder, IncrementalDetokenizer, StopText
 from worker.engine.api import EngineRequest
 
@@ -23,6 +23,8 @@ class Resume:
 
     token_ids: tuple[int, ...] = ()
     chars: int = 0
+    logprobs: tuple[Logprobs, ...] = ()  # one per token sent, when the job asks for logprobs
+    prompt_logprobs: Logprobs | None = None  # sent already (on the first token event)
 
     @property
     def tokens(self) -> int:
@@ -31,13 +33,18 @@ class Resume:
     @classmethod
     def from_events(cls, events: Iterable[Message]) -> Resume:
         ids: list[int] = []
+        lps: list[Logprobs] = []
+        prompt: Logprobs | None = None
         chars = 0
         for ev in events:
             if isinstance(ev, TokenEvent):
                 if ev.token_ids and ev.index <= len(ids):
                     ids[ev.index :] = ev.token_ids  # an event overlapping the last is a re-send
+                    if ev.logprobs is not None and ev.index <= len(lps):
+                        lps[ev.index :] = [ev.logprobs.slice(i, i + 1) for i in range(len(ev.logprobs))]
                 chars += len(ev.text)
-        return cls(tuple(ids), chars)
+                prompt = ev.prompt_logprobs or prompt
+        return cls(tuple(ids), chars, tuple(lps) if len(lps) == len(ids) else (), prompt)
 
 
 class JobRun:
@@ -73,6 +80,25 @@ class JobRun:
         self._text = StopText(job.params.stop)
         self._stop_ids = frozenset(job.params.stop_token_ids)
         self._stopped_by_id = False
+        self._tokens = tokenizer  # renders logprob tokens
+        self._pieces: dict[int, str] = {}
+        asked = job.params.logprobs is not None
+        self._logprobs: list[Logprobs] | None = list(resume.logprobs) if asked else None
+        if self._logprobs is not None and len(self._logprobs) != resume.tokens:  # sent without them
+            unknown = [
+                Logprobs(
+                    token_ids=[t],
+                    tokens=[""],
+                    logprobs=[None],
+                    top_ids=[[]],
+                    top_tokens=[[]],
+                    top_logprobs=[[]],
+                )
+                for t in resume.token_ids
+            ]
+            self._logprobs = unknown
+        self._prompt_logprobs = resume.prompt_logprobs
+        self._prompt_sent = resume.prompt_logprobs is not None
         for token in resume.token_ids:  # what was sent already: replayed, not re-emitted
             self.output.append(token)
             self._text.push(self._detok.add(token))
@@ -83,6 +109,8 @@ class JobRun:
         if self.resume.token_ids:
             left = max(1, params.max_tokens - self.resume.tokens)
             params = params.model_copy(update={"max_tokens": left})
+        if self._prompt_sent:
+            params = params.model_copy(update={"prompt_logprobs": None})
         return EngineRequest(
             self.job_id, self.prompt_ids + list(self.resume.token_ids), params, self.job.priority
         )
@@ -106,12 +134,17 @@ class JobRun:
         """A stop string or stop token appeared: the job is done, the engine should abort it."""
         return self._text.stopped or self._stopped_by_id
 
-    def feed(self, token_ids: list[int]) -> list[TokenEvent]:
-        """Take the engine's new tokens (tokens after a stop string are dropped)."""
+    def feed(
+        self, token_ids: list[int], logprobs: Logprobs | None = None, prompt_logprobs: Logprobs | None = None
+    ) -> list[TokenEvent]:
+        """Take the engine's new tokens (tokens after a stop string are dropped) and their
+        logprobs (one entry per token) when the job asks for them."""
         if token_ids and self.first_token_at is None:
             self.first_token_at = time.time()
+        if prompt_logprobs is not None and self._prompt_logprobs is None:
+            self._prompt_logprobs = self._render(prompt_logprobs.slice(0, len(self.prompt_ids)))
         n0, r0 = len(self.output), self._text.released
-        for token in token_ids:
+        for i, token in enumerate(token_ids):
             if self.stopped:
                 break
             if token in self._stop_ids:  # a stop token ends the output; it is not part of it
@@ -119,7 +152,24 @@ class JobRun:
                 break
             self.output.append(token)
             self._text.push(self._detok.add(token))
+            if self._logprobs is not None and logprobs is not None:
+                self._logprobs.append(self._render(logprobs.slice(i, i + 1)))
         return self._events(n0, r0)
+
+    def _render(self, lp: Logprobs) -> Logprobs:
+        """``lp`` with each token's text (the tokenizer's rendering of that token alone)."""
+
+        def piece(t: int) -> str:
+            if t not in self._pieces:
+                self._pieces[t] = str(self._tokens.decode([t], skip_special_tokens=False))
+            return self._pieces[t]
+
+        tokens = [piece(t) for t in lp.token_ids]
+        top = [[piece(t) for t in row] for row in lp.top_ids]
+        return lp.model_copy(update={"tokens": tokens, "top_tokens": top})
+
+    def _logprobs_of(self, start: int, stop: int) -> Logprobs | None:
+        return None if self._logprobs is None else Logprobs.join(self._logprobs[start:stop])
 
     def finish(self, reason: FinishReason) -> tuple[list[TokenEvent], FinishEvent]:
         """The last text events (what was held back) and the final result."""
@@ -138,6 +188,8 @@ class JobRun:
             worker_id=self.worker_id,
             ttft_s=None if self.first_token_at is None else self.first_token_at - self.job.created_at,
             latency_s=now - self.job.created_at,
+            logprobs=self._logprobs_of(0, len(self.output)),
+            prompt_logprobs=self._prompt_logprobs,
         )
         return self._events(n0, r0), final
 
@@ -148,4 +200,16 @@ class JobRun:
         text = self._text.text[c_from:r1] if r1 > c_from else ""
         if not ids and not text:
             return []
-        return [TokenEvent(job_id=self.job_id, index=t_from if ids else n1, token_ids=ids, text=text)]
+        prompt = None
+        if ids and not self._prompt_sent and self._prompt_logprobs is not None:
+            prompt, self._prompt_sent = self._prompt_logprobs, True
+        return [
+            TokenEvent(
+                job_id=self.job_id,
+                index=t_from if ids else n1,
+                token_ids=ids,
+                text=text,
+                logprobs=self._logprobs_of(t_from, n1) if ids else None,
+                prompt_logprobs=prompt,
+            )
+        ]

@@ -304,7 +304,7 @@ class WorkerService:
             run = self.running.get(out.request_id)
             if run is None or run.done:  # ended here already (a stop string), or lost
                 continue
-            events = run.feed(out.new_token_ids)
+            events = run.feed(out.new_token_ids, out.logprobs, out.prompt_logprobs)
             if run.stopped and not out.finished:
                 self.engine.abort_request(run.job_id)
             final: FinishEvent | ErrorEvent | None = None

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from shared.schemas import JobRequest, SamplingParams, TokenEvent
+from shared.schemas import JobRequest, Logprobs, SamplingParams, TokenEvent
 from tests.tiny_models import build_tokenizer
 from worker.job_run import JobRun, Resume
 
@@ -78,3 +78,59 @@ def test_a_stop_token_ends_the_run_before_it() -> None:
     assert run.stopped and final.finish_reason == "stop"  # type: ignore[attr-defined]
     assert final.token_ids == IDS[:stop_at]  # type: ignore[attr-defined]
     assert "".join(e.text for e in events) == final.text == TOK.decode(IDS[:stop_at])  # type: ignore[attr-defined]
+
+
+def _lp(ids: list[int], first: float = -1.0) -> Logprobs:
+    """Engine-style logprobs (ids and values, no text) of ``ids``: token i gets first - i."""
+    return Logprobs(
+        token_ids=list(ids),
+        logprobs=[first - i for i in range(len(ids))],
+        top_ids=[[t, 0] for t in ids],
+        top_logprobs=[[first - i, -50.0] for i in range(len(ids))],
+    )
+
+
+def _lp_run(resume: Resume | None = None, stop_token_ids: list[int] | None = None) -> JobRun:
+    params = SamplingParams(
+        max_tokens=100, logprobs=2, prompt_logprobs=1, stop_token_ids=stop_token_ids or []
+    )
+    job = JobRequest(job_id="j", prompt="Once", params=params)
+    return JobRun(job, b"1-0", PROMPT, TOK, "w", resume or Resume())
+
+
+def test_logprobs_follow_their_tokens_rendered_and_prompt_logprobs_come_once() -> None:
+    run = _lp_run()
+    events: list[TokenEvent] = []
+    prompt_lp = Logprobs(token_ids=PROMPT, logprobs=[None] + [-2.0] * (len(PROMPT) - 1))
+    prompt_lp.top_ids = [[]] + [[t] for t in PROMPT[1:]]
+    prompt_lp.top_logprobs = [[]] + [[-2.0] for _ in PROMPT[1:]]
+    for k, i in enumerate(range(0, len(IDS), 3)):
+        chunk = IDS[i : i + 3]
+        events += run.feed(chunk, _lp(chunk, -1.0 - i), prompt_lp if k == 0 else None)
+    tail, final = run.finish("length")
+    events += tail
+    with_ids = [e for e in events if e.token_ids]
+    assert all(e.logprobs is not None and e.logprobs.token_ids == e.token_ids for e in with_ids)
+    assert [e.prompt_logprobs is not None for e in events].count(True) == 1
+    assert events[0].prompt_logprobs is not None and events[0].prompt_logprobs.token_ids == PROMPT
+    assert final.logprobs is not None and final.logprobs.token_ids == IDS
+    assert final.logprobs.logprobs == [-1.0 - i for i in range(len(IDS))]
+    assert final.logprobs.tokens == [TOK.decode([t]) for t in IDS]
+    assert final.logprobs.top_tokens[0] == [TOK.decode([IDS[0]]), TOK.decode([0])]
+    assert final.prompt_logprobs is not None and final.prompt_logprobs.tokens[0] == TOK.decode(PROMPT[:1])
+
+
+def test_a_stop_token_has_no_logprobs_and_a_resumed_run_keeps_those_sent() -> None:
+    run = _lp_run(stop_token_ids=[IDS[5]])
+    sent = run.feed(IDS[:4], _lp(IDS[:4]), Logprobs(token_ids=PROMPT, logprobs=[None] * len(PROMPT)))
+    resume = Resume.from_events(sent)
+    assert len(resume.logprobs) == resume.tokens == 4 and resume.prompt_logprobs is not None
+    again = _lp_run(resume=resume, stop_token_ids=[IDS[5]])
+    request = again.engine_request()
+    assert request.params.prompt_logprobs is None, "prompt logprobs were sent already"
+    rest = again.feed(IDS[4:8], _lp(IDS[4:8], -9.0))
+    _, final = again.finish("stop")
+    assert final.token_ids == IDS[:5]  # cut before the stop token
+    assert final.logprobs is not None and final.logprobs.token_ids == IDS[:5]
+    assert final.logprobs.logprobs == [-1.0, -2.0, -3.0, -4.0, -9.0]
+    assert all(e.prompt_logprobs is None for e in rest)
