@@ -27,6 +27,7 @@ class DecisionPublisher:
             d.policy != policy
             or [tuple(x) for x in d.gamma_table] != [tuple(x) for x in choice.gamma_table]
             or d.drafter != choice.drafter
+            or d.drafter_scope != choice.drafter_scope
             or d.offload != choice.offload
         )
 
@@ -37,6 +38,7 @@ class DecisionPublisher:
             policy=policy,
             gamma_table=[(int(b), int(g)) for b, g in choice.gamma_table],
             drafter=choice.drafter,
+            drafter_scope="request" if choice.drafter_scope == "request" else "batch",
             offload=choice.offload,
             valid_for_s=self.valid_for_s,
             note=note,

@@ -11,6 +11,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from shared.structured import MAX_TOOLS, StructuredOutput, Tool, ToolCall
+
 FinishReason = Literal["stop", "length", "cancelled", "error"]
 
 # The upper bound of a γ table's last bucket: "every batch size from here on".
@@ -74,6 +76,7 @@ class SamplingParams(BaseModel):
     # output token's and the top k at its position; prompt_logprobs: the same for the prompt.
     logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     prompt_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    structured: StructuredOutput | None = None  # a grammar the output must match (a token mask)
 
     @field_validator("temperature")
     @classmethod
@@ -97,20 +100,24 @@ class SamplingParams(BaseModel):
 
     @property
     def processed(self) -> bool:
-        """Any logits processor beyond temperature / top-k / top-p is asked for."""
+        """Any logits processor beyond temperature / top-k / top-p (a grammar too) is asked for."""
         return bool(
             self.min_tokens
             or self.presence_penalty
             or self.frequency_penalty
             or self.repetition_penalty != 1.0
             or self.logit_bias
+            or self.structured is not None
         )
 
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    role: Literal["system", "user", "assistant"]
-    content: str
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: list[ToolCall] | None = Field(default=None, max_length=MAX_TOOLS)  # an assistant's calls
+    tool_call_id: str | None = Field(default=None, max_length=256)  # a tool message: the call it answers
+    name: str | None = Field(default=None, max_length=256)
 
     @field_validator("content")
     @classmethod
@@ -128,6 +135,7 @@ class JobRequest(Message):
     prompt: str | None = None
     prompt_token_ids: list[Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]] | None = None
     messages: list[ChatMessage] | None = None  # chat: the worker applies the model's template
+    tools: list[Tool] | None = Field(default=None, max_length=MAX_TOOLS)  # for the chat template
     params: SamplingParams = Field(default_factory=SamplingParams)
     priority: int = Field(default=0, ge=-INT32_MAX, le=INT32_MAX)  # lower runs first; FCFS within one
     created_at: float = Field(default_factory=time.time, allow_inf_nan=False)
@@ -308,7 +316,8 @@ class StepStats(BaseModel):
     prefill_tokens: int = 0
     num_tokens: int = 0  # tokens emitted this step, all sequences
     gamma: int = 0  # the γ run (0 when nothing was drafted)
-    drafter: str | None = None
+    drafter: str | None = None  # the drafter of the most sequences (request scope: drafter_shares)
+    drafter_shares: dict[str, int] = Field(default_factory=dict)  # drafter -> sequences it drafted for
     step_time: float = 0.0
     draft_time: float = 0.0
     verify_time: float = 0.0
@@ -355,6 +364,12 @@ class Decision(Message):
     # (largest batch size of the bucket, γ); the last bucket covers every larger batch.
     gamma_table: list[tuple[int, int]] = Field(default_factory=lambda: [(ALL_BATCHES, 0)])
     drafter: str | None = None
+    # "batch": every sequence drafts with ``drafter``; "request": each sequence follows its own
+    # learner over the drafters (``request_learner``, forgetting ``request_discount``), starting
+    # at ``drafter`` (worker/engine/spec/router.py).
+    drafter_scope: Literal["batch", "request"] = "batch"
+    request_learner: Literal["normalhedge", "hedge"] = "normalhedge"
+    request_discount: float = Field(default=1.0, gt=0.0, le=1.0)
     offload: bool = False
     created_at: float = Field(default_factory=time.time)
     valid_for_s: float = 30.0

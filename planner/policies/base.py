@@ -2,8 +2,10 @@
 
 A policy is a small object with named parameters. The planner service feeds it every
 telemetry message (feedback arrives delayed: a step's result reaches the policy after the
-decision that caused it was published), asks it for a decision on a timer, and persists its
-learned state in Redis so a restarted planner carries on where it stopped.
+decision that caused it was published), asks it for a decision on a timer, persists its
+learned state in Redis so a restarted planner carries on where it stopped, and hands it each
+new startup cost profile the workers publish (``use_profile``; the profile is not state: the
+planner reads it again when it starts).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from planner.policies.params import Param
+from shared.profile import CostProfile
 from shared.schemas import Telemetry
 
 
@@ -22,6 +25,7 @@ class Choice:
 
     gamma_table: list[tuple[int, int]]  # (largest batch size of the bucket, γ), ascending
     drafter: str | None = None
+    drafter_scope: str = "batch"  # "request": each sequence its own learner (Decision.drafter_scope)
     offload: bool = False
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -44,6 +48,10 @@ class Policy(ABC):
     @abstractmethod
     def decide(self, now: float) -> Choice:
         """The decision to publish now."""
+
+    def use_profile(self, profile: CostProfile) -> None:  # noqa: B027 - optional hook, ignored by default
+        """Take a worker's startup cost profile (the planner hands over each new one) as the
+        prior of what steps cost; policies that predict costs override this."""
 
     def state_dict(self) -> dict[str, Any]:
         """Learned state, msgpack-serialisable (persisted across planner restarts)."""

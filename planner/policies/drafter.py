@@ -7,6 +7,10 @@ about every drafter arrives whichever one ran. Feedback is delayed and may come 
 workers out of order, so it is queued on arrival and applied sorted by (timestamp, worker,
 step) at the next decision, while decisions in between act on the current weights.
 
+With ``scope="request"`` (the default) the published drafter is each new request's prior:
+every sequence then follows its own learner on its own counterfactual feedback in the
+worker (worker/engine/spec/router.py), HedgeSpec's per-query guarantee.
+
 The published drafter is the highest-weight one (``select="argmax"``), kept unless another
 leads it by more than ``margin``: a drafter switch costs the new drafter a catch-up, and
 with full information randomising buys nothing. ``select="sample"`` draws from the weights
@@ -17,10 +21,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.policies.experts import LEARNERS, ExpertLearner
 from planner.policies.params import Param, float_param, str_param
 from planner.policies.signals import Draws, is_step
+from shared.experts import LEARNERS, ExpertLearner
 from shared.schemas import Telemetry
+
+SCOPES = ("request", "batch")  # Decision.drafter_scope
 
 HEDGE_PARAMS: dict[str, Param] = {
     "learner": str_param("normalhedge", "expert learner over drafters", LEARNERS),
@@ -28,6 +34,11 @@ HEDGE_PARAMS: dict[str, Param] = {
     "select": str_param("argmax", "publish the top drafter or sample from the weights", ("argmax", "sample")),
     "margin": float_param(0.05, "weight lead another drafter needs to displace the current one", 0.0, 1.0),
     "drafters": str_param(None, "comma-separated drafters to choose among (None: every drafter reported)"),
+    "scope": str_param(
+        "request",
+        "request: each sequence its own learner, from the published drafter; batch: all draft with it",
+        SCOPES,
+    ),
 }
 
 
@@ -42,8 +53,10 @@ class DrafterChooser:
         margin: float = 0.05,
         drafters: str | None = None,
         seed: int = 0,
+        scope: str = "request",
     ) -> None:
         self.learner = ExpertLearner(learner, discount)
+        self.scope = scope  # published as Decision.drafter_scope
         self.select = select
         self.margin = margin
         self.allowed = {d.strip() for d in drafters.split(",") if d.strip()} if drafters else None

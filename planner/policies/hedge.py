@@ -40,7 +40,7 @@ class HedgePolicy(Policy):
         p = {k: spec.default for k, spec in self.PARAMS.items()} | params
         super().__init__(**p)
         self.chooser = DrafterChooser(
-            p["learner"], p["discount"], p["select"], p["margin"], p["drafters"], seed=p["seed"]
+            p["learner"], p["discount"], p["select"], p["margin"], p["drafters"], p["seed"], p["scope"]
         )
         self.gamma: int = p["gamma"]
         self.rule: str = p["gamma_rule"]
@@ -72,6 +72,7 @@ class HedgePolicy(Policy):
         return Choice(
             gamma_table=[(ALL_BATCHES, gamma)],
             drafter=drafter,
+            drafter_scope=self.chooser.scope,
             note=f"hedge drafter={drafter} γ={gamma}",
             extra={"weights": weights},
         )

@@ -11,9 +11,11 @@ from planner.policies.buckets import Buckets
 from planner.policies.drafter import HEDGE_PARAMS, DrafterChooser
 from planner.policies.offload import OFFLOAD_PARAMS, OffloadRule
 from planner.policies.params import Param, bool_param, float_param, int_list_param, int_param, str_param
+from planner.policies.prior import ProfilePrior, arm_intervals
 from planner.policies.signals import Draws, busy_time, is_step, tokens_per_sequence
 from planner.policies.switch_cost import SwitchCostModel
 from planner.policies.transitions import Transitions
+from shared.profile import CostProfile
 from shared.schemas import Telemetry
 
 _HEDGE = {f"hedge_{k}": p for k, p in HEDGE_PARAMS.items() if k != "drafters"}
@@ -30,6 +32,9 @@ class NightjarPolicy(Policy):
     bucket's batch size. With ``drafter_policy="hedge"`` the drafter follows NormalHedge on
     counterfactual acceptance; with ``offload`` the draft is squeezed out under sustained
     memory pressure while γ = 0 and reloaded when load falls (γ = 0 everywhere meanwhile).
+    Given a startup cost profile (``use_profile``), each bin starts from the predicted loss
+    of every γ at the bucket's batch size (prior.py) and explores only among the γ whose
+    predicted interval overlaps the best one's.
     """
 
     name: ClassVar[str] = "nightjar"
@@ -48,6 +53,9 @@ class NightjarPolicy(Policy):
         "drafter": str_param(None, "the drafter when drafter_policy=fixed (None: the worker's default)"),
         "drafters": HEDGE_PARAMS["drafters"],
         **_HEDGE,
+        "prior": bool_param(True, "use a published cost profile as the prior (False: ignore it)"),
+        "prior_z": float_param(2.0, "prior: standard deviations of acceptance in an interval", 0.0),
+        "prior_time_tol": float_param(0.03, "prior: relative uncertainty of a profiled step time", 0.0),
         "offload": bool_param(True, "offload the draft under memory pressure (see offload_*)"),
         **OFFLOAD_PARAMS,
     }
@@ -64,7 +72,7 @@ class NightjarPolicy(Policy):
         self.draws = Draws(p["seed"])
         self.fixed_drafter: str | None = p["drafter"]
         self.chooser = (
-            DrafterChooser(**{k: p[f"hedge_{k}"] for k in ("learner", "discount", "select", "margin")},
+            DrafterChooser(**{k: p[f"hedge_{k}"] for k in ("learner", "discount", "select", "margin", "scope")},  # noqa: E501
                            drafters=p["drafters"], seed=p["seed"])
             if p["drafter_policy"] == "hedge" else None
         )  # fmt: skip
@@ -72,6 +80,8 @@ class NightjarPolicy(Policy):
         self.offload = OffloadRule(**offload_params) if p["offload"] else None
         self.last_batch = [self.buckets.representative(i) for i in range(len(self.buckets))]
         self.transitions = Transitions(len(self.buckets))
+        self.use_prior: bool = p["prior"]
+        self.prior = ProfilePrior(p["hedge_discount"], p["prior_z"], p["prior_time_tol"])
         for bandit in self.bandits:
             bandit.start_bin(self.draws)
 
@@ -96,11 +106,24 @@ class NightjarPolicy(Policy):
         )
         return now, on, off
 
+    def use_profile(self, profile: CostProfile) -> None:
+        """The prior from now on; a bin that has not run a step yet chooses again with it."""
+        if not self.use_prior:
+            return
+        self.prior.use(profile)
+        for i, bandit in enumerate(self.bandits):
+            bandit.rechoose(self.draws, self.switch_terms(i), self.intervals(i))
+
+    def intervals(self, i: int) -> list[Any] | None:
+        """Bucket ``i``'s arm intervals from the prior (None: no profile)."""
+        return arm_intervals(self.prior, self.bandits[i], self.last_batch[i], self._drafter())
+
     def observe(self, t: Telemetry) -> None:
         if self.offload is not None:
             self.offload.observe(t)
         if self.chooser is not None:
             self.chooser.observe(t)
+        self.prior.observe(t)
         for event in t.switch_costs:
             self.switch.observe(event)
         if not is_step(t):
@@ -112,7 +135,7 @@ class NightjarPolicy(Policy):
         if t.gamma <= self.gamma_max:
             bandit.record(t.gamma, busy_time(t), tokens_per_sequence(t))
         if bandit.tick(t.gamma, t.draft_resident and not t.fallback):
-            bandit.start_bin(self.draws, self.switch_terms(i))
+            bandit.start_bin(self.draws, self.switch_terms(i), self.intervals(i))
 
     def decide(self, now: float) -> Choice:
         drafter = self.chooser.choose() if self.chooser is not None else self.fixed_drafter
@@ -122,6 +145,7 @@ class NightjarPolicy(Policy):
         return Choice(
             gamma_table=self.buckets.table(gammas),
             drafter=drafter,
+            drafter_scope=self.chooser.scope if self.chooser is not None else "batch",
             offload=offload,
             note=f"nightjar γ={gammas}" + (" offload" if offload else ""),
             extra={"exploring": explore},
@@ -137,6 +161,7 @@ class NightjarPolicy(Policy):
             "offload": self.offload.state_dict() if self.offload is not None else None,
             "last_batch": list(self.last_batch),
             "transitions": self.transitions.state_dict(),
+            "prior": self.prior.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -153,3 +178,5 @@ class NightjarPolicy(Policy):
             self.offload.load_state_dict(state["offload"])
         self.last_batch = [int(b) for b in state["last_batch"]]
         self.transitions.load_state_dict(state["transitions"])
+        if "prior" in state:
+            self.prior.load_state_dict(state["prior"])

@@ -15,7 +15,7 @@ from planner.policies.base import Choice, Policy
 from planner.service import PlannerService
 from planner.settings import PlannerSettings
 from shared import codec, keys
-from shared.schemas import Decision, PolicyCommand, Telemetry
+from shared.schemas import ALL_BATCHES, Decision, PolicyCommand, Telemetry
 
 pytestmark = pytest.mark.anyio
 
@@ -33,7 +33,7 @@ class Counting(Policy):
         self.seen += 1
 
     def decide(self, now: float) -> Choice:
-        return Choice(gamma_table=[(1 << 30, self.seen)], note=f"seen {self.seen}")
+        return Choice(gamma_table=[(ALL_BATCHES, self.seen)], note=f"seen {self.seen}")
 
     def state_dict(self) -> dict[str, Any]:
         return {"seen": self.seen}
@@ -130,3 +130,14 @@ async def test_run_applies_a_swap_sent_while_it_serves(r: aioredis.Redis) -> Non
                 await anyio.sleep(0.01)
             tg.cancel_scope.cancel()
     assert await r.hget(keys.PLANNER_STATE, "static") is not None  # saved on the way out
+
+
+async def test_hedge_publishes_its_drafter_scope(r: aioredis.Redis) -> None:
+    """HedgeSpec's per-request scope is the default; a scope change is a new decision."""
+    p = _planner(r, policy="hedge")
+    d = await p.start()
+    assert d.drafter_scope == "request"
+    await _command(r, "hedge", scope="batch")
+    assert await p.read_control(block_ms=None) == 1
+    d2 = await _latest(r)
+    assert d2.drafter_scope == "batch" and d2.version > d.version

@@ -32,6 +32,7 @@ from shared.schemas import Decision, MemoryEvent
 from worker.engine.api import Engine, EngineRequest, RequestOutput, StepResult, StepStats
 from worker.engine.block_manager import BlockManager
 from worker.engine.config import EngineConfig
+from worker.engine.grammar import Grammars
 from worker.engine.inbox import Abort, AddRequest, ApplyDecision, Inbox, Resize
 from worker.engine.kv_cache import bytes_per_block
 from worker.engine.logits_cache import LogitsCache
@@ -75,6 +76,7 @@ class LLMEngine(Engine):
         block_bytes = bytes_per_block(runner.config, config.block_size, runner.dtype)
         self.memory = ElasticMemory(pool.models if pool else [], block_bytes)
         self.spec = Speculator(pool, self.memory, config.max_gamma)
+        self.grammars = Grammars(runner.config.vocab_size, self.eos_token_ids)  # structured output
 
     @property
     def drafter_names(self) -> list[str]:
@@ -141,6 +143,7 @@ class LLMEngine(Engine):
             num_tokens=work.kept,
             gamma=gamma if drafted.drafts else 0,
             drafter=drafted.drafter,
+            drafter_shares=drafted.shares,
             step_time=step_time,
             draft_time=drafted.seconds,
             verify_time=work.verify_time,
@@ -157,7 +160,7 @@ class LLMEngine(Engine):
             free_blocks=self.blocks.num_free_blocks,
             total_blocks=self.blocks.num_blocks,
             draft_resident=self.memory.resident,
-            switch_costs=[drafted.switch_cost] if drafted.switch_cost else [],
+            switch_costs=drafted.switch_costs,
             prefix_queries=self.blocks.prefix_queries - queries0,
             prefix_hits=self.blocks.prefix_hits - hits0,
             preempted=len(plan.preempted),
@@ -274,10 +277,12 @@ class LLMEngine(Engine):
         if not seq.params.ignore_eos:
             keep = next((j + 1 for j, t in enumerate(out) if t in self.eos_token_ids), keep)
         room = min(seq.params.max_tokens - (start - seq.num_prompt), self.scheduler.max_model_len - start)
-        return max(1, min(keep, room))
+        keep = max(1, min(keep, room))
+        return seq.grammar.accept(out[:keep]) if seq.grammar is not None else keep  # cut at its end
 
     def _check_finished(self, seq: Sequence, token: int) -> None:
-        if token in self.eos_token_ids and not seq.params.ignore_eos:
+        ended = seq.grammar is not None and seq.grammar.done
+        if ended or (token in self.eos_token_ids and not seq.params.ignore_eos):
             seq.finish("stop")
         elif seq.num_output >= seq.params.max_tokens or len(seq.token_ids) >= self.scheduler.max_model_len:
             seq.finish("length")
@@ -300,6 +305,8 @@ class LLMEngine(Engine):
             raise exc
         for seq, n in zip(seqs, lengths, strict=True):
             del seq.token_ids[n:]  # drafts, and any token this step appended
+            if seq.grammar is not None:
+                seq.grammar.sync(seq.num_output)
             self.scheduler.preempt(seq)
             self.spec.free(seq.request_id)
             seq.suspect = len(seqs) > 1
@@ -368,6 +375,8 @@ class LLMEngine(Engine):
                 ErrorCode.BAD_REQUEST, "empty prompt" if not seq.prompt_token_ids else "duplicate request id"
             )
             return [seq]
+        if req.params.structured is not None and not self.grammars.attach(seq, req, self.tokenizer):
+            return [seq]  # a constraint the grammar engine refuses, or one complete already
         self._seqs[seq.request_id] = seq
         self.scheduler.add(seq)
         return []

@@ -26,6 +26,7 @@ class Drafted:
     tokens: list[int]
     q: torch.Tensor | None  # [len(tokens), V] draft probabilities (sampled sequences; None: point mass)
     requested: int  # γ reserved for it
+    drafter: str = ""  # the drafter that drafted them
 
 
 @dataclass
@@ -33,8 +34,9 @@ class DraftRound:
     """What drafting did this step."""
 
     drafts: dict[str, Drafted] = field(default_factory=dict)  # request id -> its drafts
-    drafter: str | None = None  # the drafter that drafted (None: nothing was drafted)
-    switch_cost: SwitchCostEvent | None = None  # its catch-up, when it had any
+    drafter: str | None = None  # the drafter of the most sequences (None: nothing was drafted)
+    shares: dict[str, int] = field(default_factory=dict)  # drafter -> sequences it drafted for
+    switch_costs: list[SwitchCostEvent] = field(default_factory=list)  # catch-ups that had work
     seconds: float = 0.0  # the proposal forwards
 
     @property

@@ -16,8 +16,10 @@ import torch
 
 from shared.errors import ErrorCode
 from shared.schemas import FinishReason, SamplingParams
+from worker.engine.grammar import Constraint
 from worker.engine.logprobs import LogprobState
 from worker.engine.sampler import new_generator
+from worker.engine.spec.router import DrafterChoice
 
 _order = itertools.count()
 
@@ -47,7 +49,9 @@ class Sequence:
     error: str | None = None
     error_code: ErrorCode | None = None
     num_reported: int = 0  # output tokens already handed to the caller
+    grammar: Constraint | None = None  # structured output: the grammar's state (grammar.py)
     logprobs: LogprobState | None = None  # set when the request asks for logprobs (logprobs.py)
+    drafter_choice: DrafterChoice | None = None  # per-request drafter choice (spec/router.py)
     order: int = field(default_factory=lambda: next(_order))
 
     def __post_init__(self) -> None:

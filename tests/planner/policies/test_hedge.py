@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from planner.policies import registry
-from planner.policies.experts import ExpertLearner
 from planner.policies.hedge import HedgePolicy
+from shared.experts import ExpertLearner
 from shared.schemas import Telemetry
 from tests.planner.scenarios import drafter_shift, run
 

@@ -55,10 +55,12 @@ class DrafterPool:
     def resolve(self, name: str | None) -> Drafter:
         return self.drafters.get(name or self.default) or self.drafters[self.default]
 
-    def catch_up(self, drafter: Drafter, seqs: list[Sequence]) -> SwitchCostEvent | None:
-        """Catch ``drafter`` up if it did not draft at the last decode step; the event when it
-        had anything to catch up."""
-        if self.last_active == drafter.name:
+    def catch_up(
+        self, drafter: Drafter, seqs: list[Sequence], always: bool = False
+    ) -> SwitchCostEvent | None:
+        """Catch ``drafter`` up if it did not draft at the last decode step (``always``: in
+        any case, as when drafters share a step); the event when it had anything to do."""
+        if self.last_active == drafter.name and not always:
             return None
         t0 = time.perf_counter()
         done = drafter.catch_up(seqs)
@@ -101,28 +103,53 @@ class DrafterPool:
     ) -> dict[str, float]:
         """Acceptance each drafter but ``active`` (and ``skip``) would have had on positions
         ``starts[i] ..`` of each sequence (``p_rows[i]``: the warped target probabilities at
-        those positions, for sampled sequences)."""
-        rates: dict[str, float] = {}
+        those positions, for sampled sequences), pooled over the batch."""
+        return pooled(self.counterfactual_hits([active.name] * len(seqs), seqs, starts, p_rows, skip))
+
+    def counterfactual_hits(
+        self,
+        actives: list[str],
+        seqs: list[Sequence],
+        starts: list[int],
+        p_rows: list[torch.Tensor | None],
+        skip: frozenset[str] = frozenset(),
+    ) -> list[dict[str, tuple[float, int]]]:
+        """Per sequence, (expected accepted positions, positions) among ``starts[i] ..`` for
+        every drafter but the one that drafted for it (``actives[i]``) and ``skip``."""
+        out: list[dict[str, tuple[float, int]]] = [{} for _ in seqs]
         verified = [seq.token_ids[s:] for seq, s in zip(seqs, starts, strict=True)]
-        positions = sum(len(v) for v in verified)
-        if positions == 0:
-            return rates
         for d in self.drafters.values():
-            if d is active or d.name in skip:
+            if d.name in skip:
                 continue
-            scores = d.score(seqs, starts)
-            hits = 0.0
-            for i, seq in enumerate(seqs):
-                pred, kept, p = scores.tokens[i], verified[i], p_rows[i]
-                if seq.params.greedy or p is None:
-                    hits += greedy_acceptance(pred, kept) * len(kept)
-                    continue
-                p = p[: len(kept)]
-                logits = scores.logits[i]
-                if logits is not None:
-                    q = filtered_probs(logits, [seq.params] * len(kept)).cpu()
-                    hits += float(overlap(p, q).sum())
-                else:  # a deterministic proposal: accepted with probability p(x)
-                    hits += sum(float(p[j, x]) for j, x in enumerate(pred) if x >= 0)
-            rates[d.name] = hits / positions
-        return rates
+            idx = [i for i, a in enumerate(actives) if a != d.name and verified[i]]
+            if not idx:
+                continue
+            scores = d.score([seqs[i] for i in idx], [starts[i] for i in idx])
+            for j, i in enumerate(idx):
+                hits = _hits(seqs[i], scores.tokens[j], scores.logits[j], verified[i], p_rows[i])
+                out[i][d.name] = (hits, len(verified[i]))
+        return out
+
+
+def pooled(counts: list[dict[str, tuple[float, int]]]) -> dict[str, float]:
+    """Each drafter's acceptance rate from per-sequence (accepted, judged) counts."""
+    num: dict[str, float] = {}
+    den: dict[str, int] = {}
+    for c in counts:
+        for name, (x, n) in c.items():
+            num[name] = num.get(name, 0.0) + x
+            den[name] = den.get(name, 0) + n
+    return {name: num[name] / den[name] for name in num if den[name]}
+
+
+def _hits(
+    seq: Sequence, pred: list[int], logits: torch.Tensor | None, kept: list[int], p: torch.Tensor | None
+) -> float:
+    """Expected accepted positions of one drafter's view ``pred``/``logits`` of ``kept``."""
+    if seq.params.greedy or p is None:
+        return greedy_acceptance(pred, kept) * len(kept)
+    p = p[: len(kept)]
+    if logits is not None:
+        q = filtered_probs(logits, [seq.params] * len(kept)).cpu()
+        return float(overlap(p, q).sum())
+    return sum(float(p[j, x]) for j, x in enumerate(pred) if x >= 0)  # deterministic: accepted w.p. p(x)

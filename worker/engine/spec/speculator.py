@@ -16,12 +16,14 @@ from dataclasses import dataclass, field
 
 import torch
 
+from shared.experts import ExpertLearner
 from shared.schemas import Decision
 from worker.engine.records import Drafted, DraftRound, Verified
 from worker.engine.scheduler import Scheduled
 from worker.engine.spec.drafter import Drafter
 from worker.engine.spec.memory import ElasticMemory
-from worker.engine.spec.pool import DrafterPool
+from worker.engine.spec.pool import DrafterPool, pooled
+from worker.engine.spec.router import DrafterChoice
 
 
 @dataclass
@@ -38,32 +40,64 @@ class Feedback:
 class Speculator:
     def __init__(self, pool: DrafterPool | None, memory: ElasticMemory, max_gamma: int) -> None:
         self.pool, self.memory, self.max_gamma = pool, memory, max_gamma
+        self._decision: Decision | None = None  # of the step being drafted: its drafter scope
 
     def choose(self, decision: Decision | None, batch: int) -> tuple[int, Drafter | None]:
+        """γ and the drafter (per-request scope: every new sequence's first drafter)."""
+        self._decision = decision
         if self.pool is None or decision is None or batch == 0 or not self.memory.resident:
             return 0, None
         gamma = max(0, min(decision.gamma_for(batch), self.max_gamma))
         return (gamma, self.pool.resolve(decision.drafter)) if gamma else (0, None)
 
+    @property
+    def per_request(self) -> bool:
+        d, pool = self._decision, self.pool
+        return d is not None and d.drafter_scope == "request" and pool is not None and len(pool.drafters) > 1
+
     def draft(self, drafter: Drafter | None, scheduled: list[Scheduled]) -> DraftRound:
-        """Drafts for every decoding sequence (appended to its tokens, counted in num_new)."""
+        """Drafts for every decoding sequence (appended to its tokens, counted in num_new):
+        all by ``drafter``, or in per-request scope each group by its own (router.py)."""
         decoding = [s for s in scheduled if not s.prefill]
         if self.pool is None or not decoding:
             return DraftRound()
         if drafter is None:
             self.pool.last_active = None  # γ = 0 ran: every drafter falls behind
             return DraftRound()
-        seqs = [s.seq for s in decoding]
-        switch_cost = self.pool.catch_up(drafter, seqs)
-        t0 = time.perf_counter()
-        proposal = drafter.propose(seqs, [s.num_lookahead for s in decoding])
-        drafts = {}
-        for s, tokens, q in zip(decoding, proposal.tokens, proposal.probs, strict=True):
-            drafts[s.seq.request_id] = Drafted(len(s.seq.token_ids), tokens, q, s.num_lookahead)
-            s.seq.token_ids.extend(tokens)
-            s.num_new += len(tokens)
-        self.pool.last_active = drafter.name
-        return DraftRound(drafts, drafter.name, switch_cost, time.perf_counter() - t0)
+        groups = self._groups(drafter, decoding)
+        out = DraftRound()
+        for name, group in groups.items():
+            d = self.pool.drafters[name]
+            seqs = [s.seq for s in group]
+            switch = self.pool.catch_up(d, seqs, always=len(groups) > 1 or self.per_request)
+            if switch is not None:
+                out.switch_costs.append(switch)
+            t0 = time.perf_counter()
+            proposal = d.propose(seqs, [s.num_lookahead for s in group])
+            for s, tokens, q in zip(group, proposal.tokens, proposal.probs, strict=True):
+                out.drafts[s.seq.request_id] = Drafted(len(s.seq.token_ids), tokens, q, s.num_lookahead, name)
+                s.seq.token_ids.extend(tokens)
+                s.num_new += len(tokens)
+            out.seconds += time.perf_counter() - t0
+            out.shares[name] = len(group)
+        out.drafter = max(sorted(out.shares), key=lambda n: out.shares[n])
+        # A later batch-scope step catches its drafter up unless it alone drafted this one.
+        self.pool.last_active = out.drafter if len(groups) == 1 else None
+        return out
+
+    def _groups(self, drafter: Drafter, decoding: list[Scheduled]) -> dict[str, list[Scheduled]]:
+        """The decoding sequences per drafter that drafts for them this step."""
+        if not self.per_request:
+            return {drafter.name: decoding}
+        assert self.pool is not None and self._decision is not None
+        groups: dict[str, list[Scheduled]] = {}
+        for s in decoding:
+            c = s.seq.drafter_choice
+            if c is None or c.current not in self.pool.drafters:
+                learner = ExpertLearner(self._decision.request_learner, self._decision.request_discount)
+                c = s.seq.drafter_choice = DrafterChoice(learner, drafter.name)
+            groups.setdefault(c.current, []).append(s)
+        return groups
 
     def wants_features(self) -> bool:
         """Whether this step's target forward hands over its last hidden states: only while
@@ -90,30 +124,36 @@ class Speculator:
             self.pool.reset()
 
     def feedback(self, drafter: Drafter | None, verified: list[Verified]) -> Feedback:
-        """Realised acceptance of ``drafter`` and, when due, every other drafter's
-        counterfactual acceptance on the same verified tokens."""
+        """Realised acceptance of the drafters that drafted and, when due, every other
+        drafter's counterfactual acceptance on the same verified tokens; in per-request
+        scope each sequence's learner learns from its own (router.py)."""
         drafted = [v for v in verified if v.drafted is not None]
         if self.pool is None or drafter is None or not drafted:
             return Feedback()
-        accepted = judged = 0
+        accepted = 0
+        counts: list[dict[str, tuple[float, int]]] = []  # per sequence: drafter -> (accepted, judged)
         for v in drafted:
             assert v.drafted is not None
             k = len(v.drafted.tokens)
             accepted += len(v.emitted) - 1
             # Drafts judged: up to and including the first rejected one; a sequence that asked
             # for drafts and got none counts one miss, as the counterfactual would.
-            judged += min(len(v.emitted), k) if k else int(v.drafted.requested > 0)
-        rates = {drafter.name: accepted / judged} if judged else {}
+            judged = min(len(v.emitted), k) if k else int(v.drafted.requested > 0)
+            counts.append({v.drafted.drafter: (len(v.emitted) - 1.0, judged)})
         seconds = 0.0
         if self.pool.due():
             t0 = time.perf_counter()
-            rates |= self.pool.counterfactual(
-                drafter,
-                [v.seq for v in drafted],
-                [v.drafted.start for v in drafted if v.drafted is not None],
-                [v.p for v in drafted],
-            )
+            seqs = [v.seq for v in drafted]
+            starts = [v.drafted.start for v in drafted if v.drafted is not None]
+            actives = [v.drafted.drafter for v in drafted if v.drafted is not None]
+            hits = self.pool.counterfactual_hits(actives, seqs, starts, [v.p for v in drafted])
+            counts = [c | h for c, h in zip(counts, hits, strict=True)]
+            if self.per_request:  # full information: every drafter's rate on its own positions
+                for seq, c in zip(seqs, counts, strict=True):
+                    if seq.drafter_choice is not None:
+                        seq.drafter_choice.learn({name: x / n for name, (x, n) in c.items() if n})
             seconds = time.perf_counter() - t0
+        rates = pooled(counts)
         per_pos = [0] * max((len(v.drafted.tokens) for v in drafted if v.drafted is not None), default=0)
         for v in drafted:
             for pos in range(min(len(v.emitted) - 1, len(per_pos))):

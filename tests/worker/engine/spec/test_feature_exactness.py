@@ -6,6 +6,7 @@ target's forward only while a feature drafter is resident."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,10 @@ def test_features_only_when_a_feature_drafter_is_resident(
     drive(engine, [EngineRequest("b", PROMPTS[1], params)])
     assert calls["features"] == 0, "offloaded: no hidden states"
     engine.apply_decision(Decision(version=2, policy="t", gamma_table=[(ALL_BATCHES, 0)]))
+    deadline = time.monotonic() + 30  # the weights come back in the background: wait for them
+    while not engine.memory.resident and time.monotonic() < deadline:
+        engine.step()
+    assert engine.memory.resident, "the feature drafter was not reloaded within 30 s"
     drive(engine, [EngineRequest("c", PROMPTS[1], params)])
     assert calls["features"] > 0, "resident (even at γ = 0): hidden states kept for catch-up"
 

@@ -1,4 +1,5 @@
-"""Full-information expert learners for the drafter choice: NormalHedge and Hedge.
+"""Full-information expert learners (NormalHedge and Hedge): the planner's drafter choice for
+the batch, and the worker's per-request drafter choice (worker/engine/spec/router.py).
 
 Both forget at rate ``discount`` per round (λ): past regrets / losses are multiplied by λ
 before each new round is added, so the learner effectively looks at the last ~1/(1 − λ)

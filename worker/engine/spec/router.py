@@ -1,0 +1,49 @@
+"""Per-request drafter choice: each sequence follows its own full-information learner.
+
+HedgeSpec's guarantee is per query: against the best drafter *for that request*. With
+``Decision.drafter_scope == "request"`` the engine gives every decoding sequence its own
+``ExpertLearner`` (shared/experts.py; kind and forgetting from the decision) over the pool's
+drafters. A new sequence drafts first with the planner's batch-level choice
+(``Decision.drafter``: the prior, learnt over every request); after each verification it
+learns, for every drafter, the loss 1 − acceptance on *its own* verified positions — the
+realised acceptance of the drafter that drafted, the counterfactual acceptance of the others
+(pool.py) — and drafts next with its top-weight drafter, kept unless another leads by more
+than ``MARGIN`` (a switch costs the new drafter a catch-up; with full information
+randomising buys nothing, as in the planner's chooser). One step drafts each group of
+sequences with its own drafter, so a batch mixing code and chat requests drafts each with
+the drafter that suits it.
+
+The learner lives on the ``Sequence`` (``drafter_choice``), so it is freed with it and
+survives a preemption. Drafter choice never changes what is emitted: verification keeps the
+output the target's alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shared.experts import ExpertLearner
+
+MARGIN = 0.05  # the weight lead a drafter needs to displace a sequence's current one
+
+
+@dataclass
+class DrafterChoice:
+    """One sequence's learner over the drafters and the drafter it drafts with now."""
+
+    learner: ExpertLearner
+    current: str
+    rounds: int = 0  # verifications learnt from
+    switches: int = 0
+
+    def learn(self, rates: dict[str, float]) -> None:
+        """One verification's acceptance per drafter (loss 1 − rate); then the next pick."""
+        if not rates:
+            return
+        self.learner.update({name: 1.0 - rate for name, rate in rates.items()})
+        self.rounds += 1
+        weights = self.learner.weights()
+        leader = max(sorted(weights), key=lambda n: weights[n])
+        if weights[leader] > weights.get(self.current, -1.0) + MARGIN:
+            self.current = leader
+            self.switches += 1
