@@ -8,6 +8,12 @@ whole bin, which bounds how often γ can change. The coin's probability is 1/b w
 (``paper``), 1/√b with b the bin's index within its block (``fork``, the authors' code), or
 1/b with b the index within the block (``per-block``).
 
+With a prior (``intervals``: each arm's predicted loss and its interval, from the startup
+cost profile, see prior.py) an arm nothing is known of is still tried first, exploitation is
+the argmin of the interval means (plus the switching cost), and an exploration bin draws only
+among the arms whose interval overlaps the best one's: where the prediction separates the
+arms, the coin explores nothing and the bin exploits (counted in ``explore_bins`` otherwise).
+
 Feedback is delayed, so a bin ends once ``length`` steps have *run with its arm* (steps of
 the previous arm still in flight do not count), or once ``length + slack`` steps that could
 have run it have been seen whatever γ they used (the worker may never run it, e.g. while it
@@ -17,6 +23,8 @@ falls back to its own rule).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from planner.policies.signals import Draws
@@ -24,6 +32,35 @@ from planner.policies.signals import Draws
 EXPLORE_RULES = ("paper", "fork", "per-block")
 Z = 3.0  # width of the confidence bounds that retire an arm from exploration
 MIN_SAMPLES = 8  # an arm with fewer steps is always still plausible
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An arm's loss: its best estimate and the interval it lies in. ``paired`` holds the
+    loss under each of a few shared scenarios (e.g. the acceptance at its lower bound, mean
+    and upper bound), each known to a relative ``rel``: two arms with scenarios are compared
+    scenario by scenario, since what they share moves both alike."""
+
+    mean: float
+    lo: float
+    hi: float
+    paired: tuple[float, ...] = ()
+    rel: float = 0.0
+
+    def scaled(self, k: float, rel: float | None = None) -> Interval:
+        rel = self.rel if rel is None else rel
+        paired = tuple(x * k for x in self.paired)
+        lo, hi = (min(paired) * (1 - rel), max(paired) * (1 + rel)) if paired else (self.lo * k, self.hi * k)
+        return Interval(self.mean * k, lo, hi, paired, rel)
+
+    def beats(self, other: Interval) -> bool:
+        """Surely a lower loss than ``other``: in every shared scenario, or else entirely."""
+        if self.paired and len(self.paired) == len(other.paired):
+            return all(
+                x * (1 + self.rel) < y * (1 - other.rel)
+                for x, y in zip(self.paired, other.paired, strict=True)
+            )
+        return self.hi < other.lo
 
 
 class BinGreedy:
@@ -40,6 +77,8 @@ class BinGreedy:
         self.bins_total = 0  # bins started in this bucket, ever
         self.arm = 0
         self.explore = False
+        self.coin = False  # the open bin's exploration coin
+        self.explore_bins = 0  # bins that explored, ever
         self.matched = 0  # steps of this bin that ran with self.arm
         self.seen = 0  # steps of this bin that could have run it
         self.counts = [0] * n_arms
@@ -125,8 +164,38 @@ class BinGreedy:
         scores = [m + e for m, e in zip(self.means, extra, strict=True)]
         return min(range(self.n_arms), key=lambda a: (scores[a], a))
 
-    def start_bin(self, draws: Draws, switch: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> int:
-        """Open the next bin (and block, when this one is used up); returns its arm."""
+    def overlapping(self, intervals: Sequence[Interval | None]) -> tuple[int, list[int]]:
+        """The arm with the least mean loss (unknown arms first, lowest γ), and the arms
+        whose interval overlaps its interval (unknown arms always)."""
+        unknown = [a for a, iv in enumerate(intervals) if iv is None]
+        known = {a: iv for a, iv in enumerate(intervals) if iv is not None}
+        if not known:
+            return unknown[0], unknown
+        best = min(known, key=lambda a: (known[a].mean, a))
+        top = known[best]
+        return (unknown[0] if unknown else best), [
+            a for a, iv in enumerate(intervals) if iv is None or not top.beats(iv)
+        ]
+
+    def prior_greedy(self, intervals: list[Interval | None], switch: tuple[float, float, float]) -> int:
+        """``greedy`` on the interval means: unknown arms first, else the least loss per step."""
+        unknown = [a for a, iv in enumerate(intervals) if iv is None]
+        if unknown:
+            return unknown[0]
+        now, on, off = switch
+        n = self.bin_length
+        scores = [iv.mean + (off if a == 0 else (now / n + on) / a) for a, iv in enumerate(intervals) if iv]
+        return min(range(self.n_arms), key=lambda a: (scores[a], a))
+
+    def start_bin(
+        self,
+        draws: Draws,
+        switch: tuple[float, float, float] = (0.0, 0.0, 0.0),
+        intervals: list[Interval | None] | None = None,
+    ) -> int:
+        """Open the next bin (and block, when this one is used up); returns its arm. With
+        ``intervals`` (one per arm, None: unknown) exploration is limited to the arms that
+        overlap the best (see the module docstring)."""
         self.bin += 1
         if self.bin > self.bins_per_block:
             self.block += 1
@@ -138,14 +207,37 @@ class BinGreedy:
             p = 1.0 / math.sqrt(self.bin)
         else:
             p = 1.0 / self.bin
-        self.explore = draws.uniform() < p
-        if self.explore:
-            arms = self.plausible()
-            self.arm = arms[min(int(draws.uniform() * len(arms)), len(arms) - 1)]
-        else:
-            self.arm = self.greedy(*switch)
+        self.coin = draws.uniform() < p
         self.matched = 0
         self.seen = 0
+        return self._choose(draws, switch, intervals)
+
+    def rechoose(
+        self, draws: Draws, switch: tuple[float, float, float], intervals: list[Interval | None] | None
+    ) -> int:
+        """Choose the open bin's arm again (a prior arrived after it opened), with its coin,
+        unless a step has already counted in it."""
+        if self.matched or self.seen:
+            return self.arm
+        self.explore_bins -= int(self.explore)
+        return self._choose(draws, switch, intervals)
+
+    def _choose(
+        self, draws: Draws, switch: tuple[float, float, float], intervals: list[Interval | None] | None
+    ) -> int:
+        self.explore = self.coin
+        if intervals is not None:
+            arms = self.overlapping(intervals)[1]
+            self.explore = self.explore and len(arms) > 1
+            if not self.explore:
+                self.arm = self.prior_greedy(intervals, switch)
+        elif self.explore:
+            arms = self.plausible()
+        else:
+            self.arm = self.greedy(*switch)
+        if self.explore:
+            self.arm = arms[min(int(draws.uniform() * len(arms)), len(arms) - 1)]
+            self.explore_bins += 1
         return self.arm
 
     def best(self) -> int:
@@ -157,7 +249,7 @@ class BinGreedy:
     def state_dict(self) -> dict[str, Any]:
         return {
             "block": self.block, "bin": self.bin, "bins_total": self.bins_total, "arm": self.arm,
-            "explore": self.explore,
+            "explore": self.explore, "explore_bins": self.explore_bins, "coin": self.coin,
             "matched": self.matched, "seen": self.seen,
             "counts": list(self.counts), "seconds": list(self.seconds), "tokens": list(self.tokens),
             "ratio_sum": list(self.ratio_sum), "ratio_sq": list(self.ratio_sq),
@@ -169,6 +261,8 @@ class BinGreedy:
         self.block, self.bin, self.arm = int(s["block"]), int(s["bin"]), int(s["arm"])
         self.bins_total = int(s["bins_total"])
         self.explore = bool(s["explore"])
+        self.explore_bins = int(s.get("explore_bins", 0))
+        self.coin = bool(s.get("coin", self.explore))
         self.matched, self.seen = int(s["matched"]), int(s["seen"])
         self.counts = [int(c) for c in s["counts"]]
         self.seconds = [float(x) for x in s["seconds"]]

@@ -1,0 +1,139 @@
+"""The startup cost profile as the policies' prior: predicted latency per token per (batch,
+γ, drafter), with an interval.
+
+A step at γ costs ``profile.step(B, γ, d)`` seconds (γ draft steps of drafter d, then a target
+pass over γ + 1 rows) and gives each sequence E(α, γ) = (1 − α^(γ+1))/(1 − α) tokens, so the
+predicted latency per token per sequence — the bandit's loss ℓ — is step / E(α, γ) (goodput
+is B / ℓ). α is per drafter, from telemetry: the realised acceptance of the drafter that ran
+(``signals.acceptance``) and every other drafter's counterfactual acceptance, as a discounted
+Beta posterior (successes and failures weighted by the positions judged, both multiplied by
+``discount`` per update, so old text fades). The interval of ℓ takes α's ±``z`` standard
+deviations and ±``time_tol`` on the profile's step time; at γ = 0 only the time is uncertain.
+There is no prediction (None) for γ beyond the rows the profile measured, or for γ > 0 when
+it measured no drafter.
+
+Each prediction carries the loss at α's lower bound, mean and upper bound (``Interval.
+paired``): α is shared by every γ of a drafter, so two arms are compared at the same α, each
+within its relative uncertainty. ``arm_intervals`` turns one bucket's predictions into its
+bandit's arm intervals: every prediction is scaled by the ratio measured/predicted over the
+bucket's arms with ``MIN_SAMPLES`` steps (serving adds overheads the synthetic steps of the
+profile do not see; one factor for all arms, so it cancels when they are compared). An arm
+whose own data (mean ± Z standard errors) miss its scaled prediction — the profile got its
+shape wrong — or that the profile cannot predict keeps its data's interval (or stays unknown
+before ``MIN_SAMPLES`` steps), and is compared unpaired.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from planner.policies.bingreedy import MIN_SAMPLES, BinGreedy, Interval, Z
+from planner.policies.signals import acceptance, is_step
+from shared.profile import CostProfile
+from shared.schemas import Telemetry
+
+
+def expected_tokens(alpha: float, gamma: int) -> float:
+    """E(α, γ) = (1 − α^(γ+1)) / (1 − α): tokens per sequence per step, bonus included."""
+    return float(gamma + 1) if alpha >= 1.0 else (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+@dataclass
+class Beta:
+    """A discounted Beta(a, b) posterior of one drafter's per-token acceptance."""
+
+    a: float = 1.0
+    b: float = 1.0
+
+    def add(self, rate: float, weight: float, discount: float) -> None:
+        rate = min(max(rate, 0.0), 1.0)
+        self.a = discount * self.a + rate * weight
+        self.b = discount * self.b + (1.0 - rate) * weight
+
+    @property
+    def mean(self) -> float:
+        return self.a / (self.a + self.b)
+
+    def bounds(self, z: float) -> tuple[float, float]:
+        n = self.a + self.b
+        sd = math.sqrt(self.a * self.b / (n * n * (n + 1.0)))
+        return max(self.mean - z * sd, 0.0), min(self.mean + z * sd, 1.0)
+
+
+class ProfilePrior:
+    """Predictions from a cost profile and the acceptance telemetry shows."""
+
+    def __init__(self, discount: float = 0.98, z: float = 2.0, time_tol: float = 0.03) -> None:
+        self.discount, self.z, self.time_tol = discount, z, time_tol
+        self.profile: CostProfile | None = None
+        self.acceptance: dict[str, Beta] = {}
+
+    def use(self, profile: CostProfile) -> None:
+        self.profile = profile
+
+    def _add(self, drafter: str, rate: float, weight: float) -> None:
+        if weight > 0:
+            self.acceptance.setdefault(drafter, Beta()).add(rate, weight, self.discount)
+
+    def observe(self, t: Telemetry) -> None:
+        if not is_step(t):
+            return
+        alpha = acceptance(t)
+        if alpha is not None and t.drafter:
+            self._add(t.drafter, alpha, t.accepted + t.num_drafts)  # positions judged, about
+        for name, rate in t.counterfactual.items():
+            if name != t.drafter:
+                self._add(name, float(rate), t.num_tokens)
+
+    def drafter(self, name: str | None) -> str | None:
+        """The profile's name for ``name`` (None: the worker's default, its first drafter)."""
+        return self.profile.drafter(name) if self.profile is not None else None
+
+    def predict(self, batch: int, gamma: int, drafter: str | None = None) -> Interval | None:
+        """Predicted latency per token per sequence at (batch, γ, drafter), or None."""
+        p = self.profile
+        if p is None:
+            return None
+        if gamma == 0:
+            step = p.target(batch, 1)
+            return Interval(step, step, step, (step, step, step)).scaled(1.0, self.time_tol)
+        name = self.drafter(drafter)
+        if name is None or gamma + 1 > p.rows[-1]:
+            return None
+        step = p.step(batch, gamma, name)
+        beta = self.acceptance.get(name, Beta())
+        a_lo, a_hi = beta.bounds(self.z)
+        paired = tuple(step / expected_tokens(a, gamma) for a in (a_hi, beta.mean, a_lo))
+        return Interval(paired[1], paired[0], paired[2], paired).scaled(1.0, self.time_tol)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"acceptance": {n: [b.a, b.b] for n, b in self.acceptance.items()}}
+
+    def load_state_dict(self, s: dict[str, Any]) -> None:
+        self.acceptance = {str(n): Beta(float(v[0]), float(v[1])) for n, v in s["acceptance"].items()}
+
+
+def arm_intervals(
+    prior: ProfilePrior, bandit: BinGreedy, batch: int, drafter: str | None
+) -> list[Interval | None] | None:
+    """Every arm's interval in one bucket (None per arm: nothing known; None: no profile)."""
+    if prior.profile is None:
+        return None
+    preds = [prior.predict(batch, g, drafter) for g in range(bandit.n_arms)]
+    means = bandit.means
+    num = den = 0.0
+    for a, pred in enumerate(preds):
+        if pred is not None and bandit.counts[a] >= MIN_SAMPLES:
+            num += bandit.counts[a] * means[a]
+            den += bandit.counts[a] * pred.mean
+    scale = num / den if den > 0 else 1.0
+    out: list[Interval | None] = []
+    for a, pred in enumerate(preds):
+        n, m, half = bandit.counts[a], means[a], Z * bandit.stderr(a)
+        guess = None if pred is None else pred.scaled(scale)
+        if n >= MIN_SAMPLES and (guess is None or m + half < guess.lo or m - half > guess.hi):
+            guess = Interval(m, m - half, m + half)  # no prediction, or the data contradict it
+        out.append(guess)
+    return out
