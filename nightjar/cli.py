@@ -115,6 +115,18 @@ def _add_worker(p: argparse.ArgumentParser) -> None:
         default=str(env("NGRAM", "1")).lower() not in ("0", "false", "no", "off"),
         help="offer the prompt-lookup drafter 'ngram' (NIGHTJAR_NGRAM)",
     )
+    p.add_argument(
+        "--profile",
+        action=argparse.BooleanOptionalAction,
+        default=str(env("PROFILE", "1")).lower() not in ("0", "false", "no", "off"),
+        help="measure the startup cost profile, the planner's prior (NIGHTJAR_PROFILE)",
+    )
+    p.add_argument(
+        "--profile-budget",
+        type=float,
+        default=env("PROFILE_BUDGET_S", "60"),
+        help="seconds the startup cost profile may take at most (NIGHTJAR_PROFILE_BUDGET_S)",
+    )
 
 
 def add_metrics_port(p: argparse.ArgumentParser) -> None:

@@ -56,6 +56,7 @@ def _gateway_app(args: argparse.Namespace) -> Any:
 
 
 def _worker_service(args: argparse.Namespace) -> tuple[Service, Stop]:
+    from worker.profiling import ProfileSettings
     from worker.service import WorkerService
     from worker.settings import WorkerSettings, default_worker_id
 
@@ -82,6 +83,7 @@ def _worker_service(args: argparse.Namespace) -> tuple[Service, Stop]:
             ngram=args.ngram,
             metrics_port=getattr(args, "metrics_port", None),
             metrics_host=getattr(args, "metrics_host", "127.0.0.1"),
+            profile=ProfileSettings(enabled=args.profile, budget_s=args.profile_budget),
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None

@@ -69,6 +69,12 @@ def gateway_wake(model: str, gateway_id: str) -> str:
     return f"{_q(model)}gw:{gateway_id}:wake"
 
 
+def cost_profile(model: str) -> str:
+    """The model's startup cost profile (``shared.profile.CostProfile`` as JSON), written by
+    its workers when they have measured it and read by the planner as its policies' prior."""
+    return _q(model) + "profile"
+
+
 def job_model(job_id: str) -> str:
     """Which model's keys hold the job (the gateway's lookup from a bare job id)."""
     return f"{PREFIX}jobmodel:{job_id}"

@@ -29,6 +29,7 @@ from shared.loops import Signal, every, keep_running, retry_redis, wait_for_redi
 from shared.schemas import CancelRequest, ErrorEvent, FinishEvent, FinishReason
 from shared.streams import Entry, entries, last_id
 from worker.admission import Admission
+from worker.cost_profile import CostProfiler
 from worker.decisions import DecisionFollower
 from worker.engine.api import Engine, RequestOutput, StepStats
 from worker.engine_factory import create_engine
@@ -75,6 +76,9 @@ class WorkerService:
             lambda: (self.decisions.version, self.decisions.fallback),
         )
         self.presence = Presence(self.r, s.worker_id, self.model_name, s.max_jobs, self.max_model_len)
+        self.profiler = CostProfiler(
+            self.r, self.engine, self.model_name, s.worker_id, s.profile, lambda: self.decisions.current
+        )
         self.admission = Admission(
             self.r, self.intake, self.leases, self.prompts, s.worker_id, s.max_deliveries, self.max_model_len
         )
@@ -97,6 +101,7 @@ class WorkerService:
 
     async def run(self, burst: bool = False) -> None:
         """Serve until cancelled or stopped; with ``burst``, drain the job stream and return."""
+        await self.profiler.measure()  # before taking jobs: nothing else steps the engine
         await wait_for_redis(self.r, f"worker {self.worker_id}")
         await retry_redis("worker start", self._start)
         http = self.metrics.serve_http(self.settings.metrics_port, self.settings.metrics_host)
@@ -136,6 +141,7 @@ class WorkerService:
         await self.intake.setup()
         await self.decisions.start()
         await self.presence.beat(0, self.decisions.version, self.decisions.fallback)
+        await self.profiler.publish()
 
     # -- intake ---------------------------------------------------------------------------
     async def _intake_until_stopped(self, scope: anyio.CancelScope) -> None:
@@ -260,6 +266,7 @@ class WorkerService:
         await self.presence.beat(
             len(self.running), self.decisions.version, self.decisions.fallback, self._draining
         )
+        await self.profiler.publish()  # once per measurement
 
     async def _follow_cancels(self) -> None:
         stream = keys.cancel_stream(self.model_name)
@@ -291,10 +298,14 @@ class WorkerService:
                     await self._work.wait()
                 if not self.engine.has_unfinished():
                     self.metrics.observe_idle()
+                    if (mixed := await self.profiler.when_idle()) is not None:  # a job came
+                        await self.outbox.put(StepOutput(self._writes(mixed.outputs), mixed.stats))
+                        continue
                     await self.outbox.put(StepOutput([], StepStats()))  # idle heartbeat
                     continue
             result = await anyio.to_thread.run_sync(self.engine.step)
             self.metrics.observe_step(result.stats, self.decisions.version, self.decisions.fallback)
+            self.profiler.note(result.stats)
             await self.outbox.put(StepOutput(self._writes(result.outputs), result.stats))
 
     def _writes(self, outputs: list[RequestOutput]) -> list[JobWrite]:

@@ -7,6 +7,8 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
+from worker.profiling import ProfileSettings
+
 
 def default_worker_id() -> str:
     # Stable across restarts of one container (pid 1), so a restarted worker finds its own
@@ -36,6 +38,9 @@ class WorkerSettings:
     result_ttl_s: float = 24 * 3600  # job record, result and events live this long after the last write
     metrics_port: int | None = None  # serve Prometheus /metrics here (0: any free port)
     metrics_host: str = "127.0.0.1"
+    # The startup cost profile (worker/profiling.py); off unless asked for here, on in
+    # ``nightjar worker`` / ``up`` unless --no-profile.
+    profile: ProfileSettings = field(default_factory=lambda: ProfileSettings(enabled=False))
 
     def __post_init__(self) -> None:
         if self.renew_s >= self.claim_idle_s:

@@ -115,6 +115,15 @@ def test_drafters_default_to_the_bundled_ones_that_exist(
     assert build_parser().parse_args(["worker"]).ngram is True
 
 
+def test_profile_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    args = build_parser().parse_args(["worker"])
+    assert args.profile is True and args.profile_budget == 60.0
+    args = build_parser().parse_args(["up", "--no-profile", "--profile-budget", "15"])
+    assert args.profile is False and args.profile_budget == 15.0
+    monkeypatch.setenv("NIGHTJAR_PROFILE", "0")
+    assert build_parser().parse_args(["worker"]).profile is False
+
+
 def test_a_missing_drafter_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     target = _model(tmp_path / "t")
     assert main(["worker", "--model", str(target), "--drafter", str(tmp_path / "nope")]) == 2

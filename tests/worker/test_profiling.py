@@ -1,0 +1,109 @@
+"""The startup cost profile on the tiny models: complete, sane, leaves the engine clean."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from shared.profile import CostProfile
+from shared.schemas import SamplingParams
+from tests.tiny_models import build_llama, reference_greedy
+from worker.engine.api import Engine, EngineRequest, StepResult
+from worker.engine_factory import create_engine
+from worker.profiling import PROFILE_ID, Interrupted, ProfileSettings, profile_engine
+
+FAST = ProfileSettings(max_batch=4, reps=2)
+
+
+@pytest.fixture(scope="module")
+def drafter_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_llama(tmp_path_factory.mktemp("profile-draft") / "tiny-draft", layers=1, hidden=32, seed=1)
+
+
+@pytest.fixture
+def spec_engine(model_dir: Path, drafter_dir: Path) -> Engine:
+    return create_engine(model_dir, drafters=[drafter_dir], num_blocks=256)
+
+
+def _generate(engine: Engine, rid: str, prompt: list[int], n: int) -> list[int]:
+    engine.add_request(EngineRequest(rid, prompt, SamplingParams(max_tokens=n, ignore_eos=True)))
+    out: list[int] = []
+    for _ in range(10 * n):
+        for o in engine.step().outputs:
+            if o.request_id == rid:
+                out += o.new_token_ids
+                if o.finished:
+                    return out
+    raise AssertionError("the request never finished")
+
+
+def test_profile_is_complete_and_sane(spec_engine: Engine, model_dir: Path) -> None:
+    profile = profile_engine(spec_engine, "tiny", FAST, worker_id="w1")
+    assert isinstance(profile, CostProfile)
+    assert CostProfile.loads(profile.dumps()) == profile
+    assert profile.batches == [1, 2, 4] and profile.rows == [1, 2, 3, 4, 5]
+    assert set(profile.drafter_s) == set(profile.catch_up_s) == {"tiny-draft", "ngram"}
+    assert (profile.model, profile.worker_id, profile.source) == ("tiny", "w1", "startup")
+    assert profile.num_blocks == 256 and 0 < profile.measure_s < FAST.budget_s
+    assert all(v > 0 for row in profile.target_s for v in row)
+    assert all(v > 0 for vs in profile.drafter_s.values() for v in vs)
+    # sane: verifying five rows for four sequences costs more than one row for one
+    assert profile.target(4, 5) > profile.target(1, 1)
+    # the engine is left as it was: nothing of the profile's runs on, output stays exact
+    prompt = [5, 6, 7, 8, 9]
+    assert _generate(spec_engine, "real", prompt, 6) == reference_greedy(
+        model_dir, prompt, 6, ignore_eos=True
+    )
+    assert not spec_engine.has_unfinished()
+
+
+def test_without_drafters_only_plain_steps(model_dir: Path) -> None:
+    engine = create_engine(model_dir, ngram=False, num_blocks=128)
+    profile = profile_engine(engine, "tiny", FAST)
+    assert profile is not None and profile.rows == [1] and profile.drafter_s == {}
+
+
+def test_no_budget_no_profile(engine: Engine) -> None:
+    assert profile_engine(engine, "tiny", ProfileSettings(budget_s=1e-9)) is None
+    assert _generate(engine, "after", [3, 4, 5], 2)  # the aborted synthetic requests are gone
+    assert not engine.has_unfinished()
+
+
+class _Arriving:
+    """An engine proxy that receives a real request at the ``at``-th profiling step."""
+
+    def __init__(self, engine: Engine, at: int, request: EngineRequest) -> None:
+        self.engine, self.at, self.request, self.steps = engine, at, request, 0
+
+    def step(self) -> StepResult:
+        self.steps += 1
+        if self.steps == self.at:
+            self.engine.add_request(self.request)
+        return self.engine.step()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+
+def test_a_real_request_interrupts_and_loses_nothing(spec_engine: Engine, model_dir: Path) -> None:
+    prompt = [7, 8, 9, 10]
+    req = EngineRequest("job", prompt, SamplingParams(max_tokens=6, ignore_eos=True))
+    proxy = _Arriving(spec_engine, 6, req)
+    with pytest.raises(Interrupted) as info:
+        profile_engine(cast(Engine, proxy), "tiny", FAST)
+    tokens = [t for o in info.value.outputs for t in o.new_token_ids]
+    assert {o.request_id for o in info.value.outputs} == {"job"}
+    done = False
+    for _ in range(50):  # the engine goes on with the job; the synthetic requests are aborted
+        result = spec_engine.step()
+        for o in result.outputs:
+            if o.request_id == "job":
+                tokens += o.new_token_ids
+                done = o.finished
+            else:
+                assert o.request_id.startswith(PROFILE_ID) and o.finish_reason == "cancelled"
+        if done:
+            break
+    assert done and tokens == reference_greedy(model_dir, prompt, 6, ignore_eos=True)

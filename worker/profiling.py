@@ -1,0 +1,307 @@
+"""The startup cost profile: the worker's own engine, stepped on synthetic sequences.
+
+Before it takes jobs a worker measures what a decoding step costs it (``shared.profile.
+CostProfile``, the planner's prior): for each batch size (powers of two up to ``max_batch``)
+it adds that many synthetic requests (random prompt ids, greedy, ``ignore_eos``), prefills
+them, and then steps the engine through its public contract only (``apply_decision`` with a
+γ and a drafter, ``step``), reading each step's ``StepStats``:
+
+- the target's time over q = γ + 1 rows per sequence: ``step_time − draft_time − catch-up``
+  of the steps where every sequence drafted γ tokens (q = 1: the γ = 0 steps), measured with
+  the first drafter that drafts in full;
+- each drafter's step time: ``draft_time / γ``;
+- each drafter's catch-up: the ``SwitchCostEvent`` of its first draft after γ = 0 steps,
+  seconds per caught-up token per sequence (0 for a drafter that has nothing to catch up).
+
+A step counts only when its decoding batch is exactly the batch measured and nothing else
+ran in it (no prefill, no catch-up); the fastest of ``reps`` steps is kept (on a shared
+machine the noise is other processes' bursts, which only ever add time).
+The whole pass stops at ``budget_s``: the batch sizes completed by then form the profile
+(None if not even batch 1 was). Every synthetic request is aborted before it returns.
+
+Run again while serving (``Remeasure``, after an elastic-memory move changed the KV pool),
+it starts only when the engine is idle and gives up at the first step that also carries a
+real request, handing that step's outputs back to the caller: a job that arrives meanwhile
+is delayed by one step and its output is never dropped, and no measurement mixes it in.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from shared.profile import CostProfile
+from shared.schemas import ALL_BATCHES, Decision, SamplingParams
+from worker.engine.api import Engine, EngineRequest, RequestOutput, StepStats
+
+log = logging.getLogger(__name__)
+
+PROFILE_ID = "nj-profile-"  # prefix of every synthetic request id
+PROFILE_POLICY = "profile"
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    """How a worker profiles itself (``--no-profile`` turns it off)."""
+
+    enabled: bool = True
+    budget_s: float = 60.0  # the whole pass stops here; completed batch sizes are kept
+    max_batch: int = 32  # largest batch measured (powers of two up to it, capped by the engine)
+    gamma_max: int = 4  # rows per sequence 1 .. gamma_max + 1
+    prompt_len: int = 16  # tokens of each synthetic prompt
+    reps: int = 3  # steps measured per point (the fastest is kept)
+    warmup: int = 1  # γ = 0 steps run, not measured, after the prefill
+    lag_steps: int = 2  # γ = 0 steps before another drafter's catch-up is measured
+
+    def __post_init__(self) -> None:
+        if not self.budget_s > 0 or self.max_batch < 1 or self.gamma_max < 1 or self.reps < 1:
+            raise ValueError("the profile needs a positive budget, max_batch, gamma_max and reps")
+        if self.prompt_len < 2 or self.warmup < 0 or self.lag_steps < 0:
+            raise ValueError("the profile needs prompt_len ≥ 2 and warmup, lag_steps ≥ 0")
+
+    def output_len(self, drafters: int) -> int:
+        """Output tokens one synthetic sequence may need over a batch's pass (each step
+        emits at most γ + 1)."""
+        plain = self.warmup + self.reps + drafters * (self.lag_steps + 2)
+        return plain + self.reps * (sum(range(2, self.gamma_max + 2)) + 3 * drafters) + 8
+
+
+class Interrupted(Exception):
+    """A real request ran in a profiling step: the pass was abandoned."""
+
+    def __init__(self, outputs: list[RequestOutput], stats: StepStats) -> None:
+        super().__init__("a real request arrived while profiling")
+        self.outputs, self.stats = outputs, stats
+
+
+class OutOfTime(Exception):
+    """The profiling budget ran out."""
+
+
+@dataclass
+class BatchCosts:
+    """Medians measured at one batch size."""
+
+    target: dict[int, float] = field(default_factory=dict)  # rows -> seconds
+    drafter: dict[str, float] = field(default_factory=dict)  # name -> seconds per draft step
+    catch_up: dict[str, float] = field(default_factory=dict)  # name -> seconds per token per sequence
+
+
+def busy(stats: StepStats) -> float:
+    """The step's time without drafting and catch-up: the target pass and the step's rest."""
+    catch = sum(e.seconds for e in stats.switch_costs)
+    return max(stats.step_time - stats.draft_time - catch, 0.0)
+
+
+class _Pass:
+    """One profiling pass over an engine (not thread-safe; runs in the engine's thread)."""
+
+    def __init__(self, engine: Engine, s: ProfileSettings, deadline: float, drafters: list[str]) -> None:
+        self.engine, self.s, self.deadline, self.drafters = engine, s, deadline, drafters
+        self.offloaded = not drafters
+        self.rng = random.Random(0)
+        self.total_blocks = 0
+        self.vocab = _vocab_size(engine)
+        self.output_len = output_room(engine, s, len(drafters))
+
+    def decide(self, gamma: int, drafter: str | None = None) -> None:
+        table, inf = [(ALL_BATCHES, gamma)], float("inf")
+        d = Decision(version=0, policy=PROFILE_POLICY, gamma_table=table, drafter=drafter, valid_for_s=inf)
+        self.engine.apply_decision(d.model_copy(update={"offload": self.offloaded}))
+
+    def step(self) -> tuple[StepStats, list[RequestOutput]]:
+        if time.perf_counter() > self.deadline:
+            raise OutOfTime
+        result = self.engine.step()
+        foreign = [o for o in result.outputs if not o.request_id.startswith(PROFILE_ID)]
+        if foreign:
+            raise Interrupted(foreign, result.stats)
+        self.total_blocks = result.stats.total_blocks or self.total_blocks
+        return result.stats, result.outputs
+
+    def fill(self, batch: int) -> list[str]:
+        """``batch`` synthetic requests, prefilled: every one has its first token."""
+        params = SamplingParams(max_tokens=self.output_len, temperature=0.0, ignore_eos=True)
+        ids = [f"{PROFILE_ID}{batch}-{i}" for i in range(batch)]
+        for rid in ids:
+            prompt = [self.rng.randrange(3, self.vocab) for _ in range(self.s.prompt_len)]
+            self.engine.add_request(EngineRequest(rid, prompt, params))
+        self.decide(0)
+        started: set[str] = set()
+        for _ in range(4 * batch + 8):  # prompts are chunked; bounded anyway
+            _, outputs = self.step()
+            started |= {o.request_id for o in outputs if o.num_output_tokens > 0}
+            if started >= set(ids):
+                return ids
+        raise RuntimeError(f"the synthetic prompts of batch {batch} never finished prefilling")
+
+    def clear(self, ids: list[str]) -> None:
+        """Abort every synthetic request and step until the engine has forgotten them."""
+        for rid in ids:
+            self.engine.abort_request(rid)
+        for _ in range(4):
+            if not self.engine.has_unfinished():
+                return
+            result = self.engine.step()
+            foreign = [o for o in result.outputs if not o.request_id.startswith(PROFILE_ID)]
+            if foreign:
+                raise Interrupted(foreign, result.stats)
+
+    def counted(self, stats: StepStats, batch: int) -> bool:
+        return stats.batch_size == batch and stats.prefill_tokens == 0 and not stats.switch_costs
+
+    def plain(self, batch: int, steps: int, skip: int, out: list[float]) -> None:
+        """``steps`` steps at γ = 0 (the first ``skip`` not measured); their times into ``out``."""
+        self.decide(0)
+        for i in range(steps):
+            stats, _ = self.step()
+            if i >= skip and self.counted(stats, batch) and stats.gamma == 0:
+                out.append(busy(stats))
+
+    def measure(self, batch: int) -> BatchCosts:
+        """γ = 0; then the first drafter, cycling γ = 1..γmax ``reps`` times (a burst of load
+        from elsewhere hits every γ alike); then each other drafter after ``lag_steps`` γ = 0
+        steps, at γ = min(2, γmax). The first draft of each pays its catch-up (not counted)."""
+        s, costs = self.s, BatchCosts()
+        ids = self.fill(batch)
+        rows: dict[int, list[float]] = defaultdict(list)
+        drafts: dict[str, list[float]] = defaultdict(list)
+        self.plain(batch, s.warmup + s.reps, s.warmup, rows[1])
+        for j, name in enumerate(self.drafters):
+            if j:  # every drafter falls behind at γ = 0, so its catch-up shows
+                self.plain(batch, s.lag_steps, 0, rows[1])
+            self.decide(1, name)
+            stats, _ = self.step()
+            events = [e for e in stats.switch_costs if e.drafter == name and e.tokens > 0]
+            costs.catch_up[name] = sum(e.seconds for e in events) / max(sum(e.tokens for e in events), 1)
+            full = any(len(rows[q]) for q in range(2, s.gamma_max + 2))
+            gammas = [min(2, s.gamma_max)] if full else list(range(1, s.gamma_max + 1))
+            for _ in range(s.reps):
+                for gamma in gammas:
+                    self.decide(gamma, name)
+                    stats, _ = self.step()
+                    if not self.counted(stats, batch) or stats.drafter != name:
+                        continue
+                    drafts[name].append(stats.draft_time / gamma)
+                    if not full and stats.gamma == gamma and stats.proposed == batch * gamma:
+                        rows[gamma + 1].append(busy(stats))
+        self.clear(ids)
+        costs.target = {q: min(xs) for q, xs in sorted(rows.items()) if xs}
+        costs.drafter = {n: min(xs) for n, xs in drafts.items() if xs}
+        return costs
+
+
+def batch_sizes(engine: Engine, s: ProfileSettings, drafters: int) -> list[int]:
+    """Powers of two up to ``max_batch``, the engine's sequence limit and what its KV pool
+    holds of synthetic sequences."""
+    cap = s.max_batch
+    config = getattr(engine, "config", None)
+    cap = min(cap, getattr(config, "max_num_seqs", cap))
+    blocks = getattr(getattr(engine, "blocks", None), "num_blocks", 0)
+    block_size = getattr(config, "block_size", 0)
+    if blocks and block_size:
+        tokens = s.prompt_len + output_room(engine, s, drafters) + s.gamma_max + 1
+        cap = min(cap, max(1, (blocks - 1) // (-(-tokens // block_size) + 1)))
+    sizes, b = [], 1
+    while b <= cap:
+        sizes.append(b)
+        b *= 2
+    return sizes
+
+
+def _vocab_size(engine: Engine) -> int:
+    config = getattr(getattr(engine, "runner", None), "config", None)
+    return max(int(getattr(config, "vocab_size", 0) or 0), 16)
+
+
+def output_room(engine: Engine, s: ProfileSettings, drafters: int) -> int:
+    """Output tokens a synthetic sequence may take: what a batch's pass needs, within the
+    engine's context."""
+    limit = engine.max_model_len or 4096
+    return max(1, min(s.output_len(drafters), limit - s.prompt_len - 1))
+
+
+def profile_engine(
+    engine: Engine,
+    model: str,
+    settings: ProfileSettings = ProfileSettings(),
+    *,
+    worker_id: str | None = None,
+    offloaded: bool = False,
+    restore: Callable[[], Decision | None] | None = None,
+    source: str = "startup",
+) -> CostProfile | None:
+    """Measure ``engine`` (idle, in the thread that steps it); None when not even batch 1
+    finished within the budget. ``restore()`` is applied at the end (the decision in force);
+    ``offloaded``: the drafters are away, so only γ = 0 (q = 1) can be measured.
+
+    Raises ``Interrupted`` when a step also ran a request that is not the profiler's."""
+    t0 = time.perf_counter()
+    names = [] if offloaded else list(getattr(engine, "drafter_names", []))
+    run = _Pass(engine, settings, t0 + settings.budget_s, names)
+    done: dict[int, BatchCosts] = {}
+    try:
+        for batch in batch_sizes(engine, settings, len(names)):
+            ids = [f"{PROFILE_ID}{batch}-{i}" for i in range(batch)]
+            try:
+                done[batch] = run.measure(batch)
+            except OutOfTime:
+                log.warning("cost profile: budget of %.0f s spent during batch %d", settings.budget_s, batch)
+                run.clear(ids)
+                break
+            except Interrupted:
+                for rid in ids:  # the next real step finishes them, as cancelled
+                    engine.abort_request(rid)
+                raise
+    finally:
+        engine.apply_decision((restore() if restore else None) or _idle_decision())
+    profile = assemble(done, model, names, time.perf_counter() - t0, run.total_blocks, worker_id, source)
+    if profile is not None:
+        profile.device = _device(engine)
+    return profile
+
+
+def assemble(
+    done: dict[int, BatchCosts],
+    model: str,
+    drafters: list[str],
+    seconds: float,
+    num_blocks: int,
+    worker_id: str | None,
+    source: str,
+) -> CostProfile | None:
+    """The profile of the batch sizes measured: rows and drafters measured at all of them."""
+    if not done:
+        return None
+    batches = sorted(done)
+    rows = sorted(set.intersection(*(set(done[b].target) for b in batches)))
+    rows = [q for i, q in enumerate(rows) if q == i + 1]  # 1, 2, …: a gap ends the table
+    named = [d for d in drafters if all(d in done[b].drafter for b in batches)]
+    return CostProfile(
+        model=model,
+        batches=batches,
+        rows=rows,
+        target_s=[[done[b].target[q] for q in rows] for b in batches],
+        drafter_s={d: [done[b].drafter[d] for b in batches] for d in named},
+        catch_up_s={d: [done[b].catch_up[d] for b in batches] for d in named if all(d in done[b].catch_up for b in batches)},  # noqa: E501
+        num_blocks=num_blocks or None,
+        worker_id=worker_id,
+        source=source,
+        measure_s=seconds,
+    )  # fmt: skip
+
+
+def _idle_decision() -> Decision:
+    return Decision(version=0, policy=PROFILE_POLICY, valid_for_s=float("inf"), note="profile done")
+
+
+def _device(engine: Engine) -> str:
+    config = getattr(engine, "config", None)
+    try:
+        return str(config.torch_device()) if config is not None else "cpu"
+    except AttributeError:
+        return "cpu"
