@@ -12,8 +12,10 @@ and on the embedded store (fakeredis with Lua).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 import redis.asyncio as aioredis
+from redis.asyncio.client import Pipeline
 
 from shared import codec, jobs, keys
 from shared.schemas import ErrorEvent, FinishEvent, JobEvent
@@ -146,12 +148,28 @@ class Leases:
         whether it was still this worker's (False: lost, nothing written)."""
         if not batch:
             return []
+        script_keys, args = self._write_call(batch)
+        return self.held(await self._write(keys=script_keys, args=args))
+
+    def queue_write(self, pipe: Pipeline, batch: list[JobWrite]) -> None:
+        """The same write queued on ``pipe`` (by its SHA: a pipeline that loads scripts would
+        first ask SCRIPT EXISTS, one more round trip); its reply goes to ``held``. A Redis
+        that lost its scripts answers NOSCRIPT: then ``write`` (which loads it) is the retry."""
+        script_keys, args = self._write_call(batch)
+        pipe.evalsha(self._write.sha, len(script_keys), *script_keys, *args)
+
+    @staticmethod
+    def held(reply: object) -> list[bool]:
+        """The write script's reply: per job, whether it was still this worker's."""
+        return [bool(x) for x in cast(list[int], reply)]
+
+    def _write_call(self, batch: list[JobWrite]) -> tuple[list[str], list[bytes | str | int]]:
         script_keys = [self.stream]
         args: list[bytes | str | int] = [self.ttl_s, self.worker_id, keys.JOBS_GROUP, len(batch)]
         for w in batch:
             script_keys += [keys.job_key(self.model, w.job_id), keys.job_events(self.model, w.job_id)]
             args += self._write_args(w)
-        return [bool(x) for x in await self._write(keys=script_keys, args=args)]
+        return script_keys, args
 
     async def renew(self, held: list[tuple[str, int, bytes]]) -> list[str]:
         """Renew the claims on (job id, lease, entry id); the job ids no longer held."""

@@ -3,9 +3,12 @@
 The engine loop puts one ``StepOutput`` per step (the job writes and the step's stats) and
 goes straight on to the next step; one writer task takes what has piled up, merges it and
 writes it in one round trip: every job's events, results and acknowledgements through the
-fenced script (worker/leases.py), then the telemetry. So:
+fenced script (worker/leases.py) and the steps' telemetry, in one pipeline. So:
 
 - order: one writer, first in first out, so a job's events land in the order made;
+- coalescing under backpressure: when steps pile up while a write is in flight, a job's
+  consecutive token events become one (positions in order, each once — what a reader of the
+  event stream, or a re-run's ``Resume``, expects), so a slow Redis gets fewer, larger writes;
 - backpressure: the queue holds ``capacity`` steps; a slow Redis makes ``put`` wait, which
   stalls the engine instead of growing memory;
 - must-happen writes (events, results, acks) are retried with backoff until Redis answers;
@@ -20,9 +23,10 @@ from dataclasses import dataclass, field
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from shared.loops import Signal, retry_redis
+from shared.schemas import JobEvent, Telemetry, TokenEvent
 from worker.engine.api import StepStats
 from worker.leases import JobWrite, Leases
 from worker.telemetry import TelemetryPublisher
@@ -44,8 +48,38 @@ class Written:
     held: bool
 
 
+_JOINED = {"job_id", "index", "token_ids", "text", "logprobs"}
+
+
+def _joined(a: TokenEvent, b: TokenEvent) -> TokenEvent | None:
+    """``a`` then ``b`` as one event, when ``b`` continues ``a`` (and carries nothing else)."""
+    if b.index != a.index + len(a.token_ids) or (a.logprobs is None) != (b.logprobs is None):
+        return None
+    if b.model_dump(exclude=_JOINED, exclude_defaults=True):  # e.g. prompt_logprobs: its own event
+        return None
+    update: dict[str, object] = {"token_ids": a.token_ids + b.token_ids, "text": a.text + b.text}
+    if a.logprobs is not None and b.logprobs is not None:
+        update["logprobs"] = type(a.logprobs).join([a.logprobs, b.logprobs])
+    return a.model_copy(update=update)
+
+
+def coalesce(events: list[JobEvent]) -> list[JobEvent]:
+    """A job's events with each run of consecutive token events joined into one."""
+    out: list[JobEvent] = []
+    for ev in events:
+        last = out[-1] if out else None
+        if isinstance(ev, TokenEvent) and isinstance(last, TokenEvent):
+            joined = _joined(last, ev)
+            if joined is not None:
+                out[-1] = joined
+                continue
+        out.append(ev)
+    return out
+
+
 def merge(items: list[StepOutput]) -> tuple[list[JobWrite], list[StepStats]]:
-    """Several steps' outputs as one write per job (events in order) and their stats."""
+    """Several steps' outputs as one write per job (events in order, consecutive token events
+    joined) and their stats."""
     by_job: dict[str, JobWrite] = {}
     stats: list[StepStats] = []
     for item in items:
@@ -58,6 +92,9 @@ def merge(items: list[StepOutput]) -> tuple[list[JobWrite], list[StepStats]]:
                 got.final = got.final or w.final
         if item.stats is not None:
             stats.append(item.stats)
+    if len(items) > 1:
+        for w in by_job.values():
+            w.events = coalesce(w.events)
     return list(by_job.values()), stats
 
 
@@ -106,15 +143,18 @@ class Outbox:
                 except anyio.WouldBlock:
                     break
             writes, stats = merge(items)
-            held = await self._write_jobs(writes)
-            if stats:
-                await self._write_telemetry(stats)
+            held = await self._write(writes, stats)
             self._done += len(items)
             self._flushed.fire()
             if writes:
                 self.on_written([Written(w, h) for w, h in zip(writes, held, strict=True)])
 
-    async def _write_jobs(self, writes: list[JobWrite]) -> list[bool]:
+    async def _write(self, writes: list[JobWrite], stats: list[StepStats]) -> list[bool]:
+        """The job writes and the telemetry in one round trip; per job, whether it was held.
+
+        Job writes must happen: if the pipeline fails (or the script is not loaded), they are
+        retried alone until Redis answers. Telemetry is best effort: dropped with a warning.
+        """
         # Numbered once, before any retry: a retried batch whose first try landed (its reply
         # lost with the connection) is then skipped by the script instead of written twice.
         for w in writes:
@@ -122,6 +162,38 @@ class Outbox:
             w.seq = self._seqs[key] = self._seqs.get(key, 0) + 1
             if w.final is not None:
                 del self._seqs[key]
+        sent = await self._telemetry(stats) if stats else []
+        if not writes and not sent:
+            return []
+        try:
+            async with self.leases.r.pipeline(transaction=False) as pipe:
+                if writes:
+                    self.leases.queue_write(pipe, writes)
+                self.telemetry.queue(pipe, sent)
+                replies: list[object] = await pipe.execute(raise_on_error=False)
+        except (RedisError, OSError) as exc:
+            replies = [exc] * (bool(writes) + len(sent))
+        failed = [x for x in replies[bool(writes) :] if isinstance(x, BaseException)]
+        if failed:
+            log.warning("telemetry of %d steps not published: %s", len(sent), failed[0])
+        if not writes:
+            return []
+        if not isinstance(replies[0], BaseException):
+            return self.leases.held(replies[0])
+        if not isinstance(replies[0], NoScriptError):  # (not loaded yet, or Redis restarted)
+            self.retries += 1
+        return await self._write_jobs(writes)
+
+    async def _telemetry(self, stats: list[StepStats]) -> list[Telemetry]:
+        version, fallback = self.version()
+        try:
+            return await self.telemetry.prepare(stats, version, fallback)
+        except (RedisError, OSError) as exc:
+            log.warning("telemetry of %d steps not published: %s", len(stats), exc)
+            return []
+
+    async def _write_jobs(self, writes: list[JobWrite]) -> list[bool]:
+        """The job writes alone, until Redis answers (the script loaded again if need be)."""
 
         def count(_: BaseException) -> None:
             self.retries += 1
@@ -129,10 +201,3 @@ class Outbox:
         return await retry_redis(
             "job writes", lambda: self.leases.write(writes), backoff_s=0.05, on_error=count
         )
-
-    async def _write_telemetry(self, stats: list[StepStats]) -> None:
-        version, fallback = self.version()
-        try:
-            await self.telemetry.publish_many(stats, version, fallback)
-        except (RedisError, OSError) as exc:
-            log.warning("telemetry of %d steps not published: %s", len(stats), exc)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import redis.asyncio as aioredis
+from redis.asyncio.client import Pipeline
 
 from shared import codec, keys
 from shared.schemas import StepStats, Telemetry
@@ -44,13 +45,18 @@ class TelemetryPublisher:
     async def publish_many(
         self, stats: list[StepStats], decision_version: int, fallback: bool
     ) -> list[Telemetry]:
-        """Publish several steps' stats in one round trip (the outbox batches them)."""
-        lag = await self.job_lag()
-        sent = [self.build(s, lag, decision_version, fallback) for s in stats]
+        """Publish several steps' stats in one round trip."""
+        sent = await self.prepare(stats, decision_version, fallback)
         async with self.r.pipeline(transaction=False) as pipe:
-            for t in sent:
-                pipe.xadd(
-                    keys.TELEMETRY_STREAM, codec.entry(t), maxlen=keys.TELEMETRY_MAXLEN, approximate=True
-                )
+            self.queue(pipe, sent)
             await pipe.execute()
         return sent
+
+    async def prepare(self, stats: list[StepStats], decision_version: int, fallback: bool) -> list[Telemetry]:
+        """The messages for several steps' stats (the outbox queues them with its job writes)."""
+        lag = await self.job_lag()
+        return [self.build(s, lag, decision_version, fallback) for s in stats]
+
+    def queue(self, pipe: Pipeline, sent: list[Telemetry]) -> None:
+        for t in sent:
+            pipe.xadd(keys.TELEMETRY_STREAM, codec.entry(t), maxlen=keys.TELEMETRY_MAXLEN, approximate=True)

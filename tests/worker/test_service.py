@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import anyio
 import msgpack
@@ -268,21 +269,31 @@ async def test_job_writes_survive_redis_errors(
     r: aioredis.Redis, model_dir: Path, engine: Engine, prompts: PromptEncoder
 ) -> None:
     w = _worker(r, model_dir, engine, prompts)
-    real_write, failures = w.leases.write, [3]
+    real_queue, real_write, failures = w.leases.queue_write, w.leases.write, [1, 3]
 
-    async def flaky(batch: list[JobWrite]) -> list[bool]:
-        if failures[0] > 0:
+    def steps(batch: list[JobWrite]) -> bool:  # a step's writes (not an admission's start)
+        return not any(isinstance(ev, StartEvent) for wr in batch for ev in wr.events)
+
+    def flaky_queue(pipe: Any, batch: list[JobWrite]) -> None:  # the outbox's one round trip
+        if failures[0] > 0 and steps(batch):
             failures[0] -= 1
+            raise RedisConnectionError("Redis went away")
+        real_queue(pipe, batch)
+
+    async def flaky(batch: list[JobWrite]) -> list[bool]:  # its retry of the job writes alone
+        if failures[1] > 0 and steps(batch):
+            failures[1] -= 1
             raise RedisConnectionError("Redis went away")
         return await real_write(batch)
 
+    w.leases.queue_write = flaky_queue  # type: ignore[method-assign]
     w.leases.write = flaky  # type: ignore[method-assign]
     await _enqueue(r, JobRequest(job_id="o", prompt="Once upon", params=SamplingParams(max_tokens=6)))
     await _drain(w)
     expected = reference_greedy(model_dir, prompts.tokenizer("Once upon")["input_ids"], 6)
     final = (await _events(r, "o"))[-1]
     assert isinstance(final, FinishEvent) and final.token_ids == expected
-    assert failures == [0] and w.outbox.retries >= 1  # the outbox rode out at least one
+    assert failures == [0, 0] and w.outbox.retries >= 4  # the outbox rode them all out
 
 
 async def test_orphans_of_a_dead_worker_are_taken_before_new_jobs(

@@ -1,0 +1,113 @@
+"""The outbox: steps merged per job, token events coalesced, one round trip per write."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from shared import codec, jobs, keys
+from shared.schemas import FinishEvent, JobEvent, Logprobs, StartEvent, StepStats, TokenEvent
+from shared.streams import ensure_group
+from worker.job_run import Resume
+from worker.leases import JobWrite, Leases
+from worker.outbox import Outbox, StepOutput, Written, coalesce, merge
+from worker.telemetry import TelemetryPublisher
+
+pytestmark = pytest.mark.anyio
+M = "tiny"
+
+
+def _tok(index: int, ids: list[int], text: str, **extra: Any) -> TokenEvent:
+    return TokenEvent(job_id="j", index=index, token_ids=ids, text=text, **extra)
+
+
+def _final(ids: list[int], text: str) -> FinishEvent:
+    return FinishEvent(
+        job_id="j", finish_reason="length", text=text, token_ids=ids, prompt_tokens=1,
+        completion_tokens=len(ids),
+    )  # fmt: skip
+
+
+def _positions(events: list[JobEvent]) -> list[int]:
+    return [ev.index + k for ev in events if isinstance(ev, TokenEvent) for k in range(len(ev.token_ids))]
+
+
+def test_consecutive_token_events_become_one_with_every_position_once() -> None:
+    start = StartEvent(job_id="j", worker_id="w")
+    events: list[JobEvent] = [start, _tok(0, [5], "a"), _tok(1, [6, 7], "bc"), _tok(3, [], "d")]
+    events.append(_tok(3, [8], ""))
+    got = coalesce(events)
+    assert got == [start, _tok(0, [5, 6, 7, 8], "abcd")]
+    assert _positions(got) == _positions(events) == [0, 1, 2, 3]
+    assert Resume.from_events(got) == Resume.from_events(events)
+
+
+def test_only_continuing_plain_events_are_joined() -> None:
+    gap = [_tok(0, [5], "a"), _tok(2, [6], "b")]  # not contiguous (a re-send overlaps, say)
+    assert coalesce(list(gap)) == gap
+    first = Logprobs(token_ids=[5], tokens=["a"], logprobs=[-0.1])
+    second = Logprobs(token_ids=[6], tokens=["b"], logprobs=[-0.2])
+    (joined,) = coalesce([_tok(0, [5], "a", logprobs=first), _tok(1, [6], "b", logprobs=second)])
+    assert isinstance(joined, TokenEvent) and joined.logprobs == Logprobs.join([first, second])
+    mixed = [_tok(0, [5], "a", logprobs=first), _tok(1, [6], "b")]  # logprobs must cover token_ids
+    assert coalesce(list(mixed)) == mixed
+    prompt = Logprobs(token_ids=[1], tokens=["p"], logprobs=[None])
+    late = [_tok(0, [5], "a"), _tok(1, [6], "b", prompt_logprobs=prompt)]
+    assert coalesce(list(late)) == late
+
+
+def test_merge_coalesces_only_steps_that_piled_up() -> None:
+    one = StepOutput([JobWrite("j", 1, b"1-0", [_tok(0, [5], "a")])], StepStats(step=1))
+    assert merge([one])[0][0].events == [_tok(0, [5], "a")]
+    two = StepOutput([JobWrite("j", 1, b"1-0", [_tok(1, [6], "b")], _final([5, 6], "ab"))], StepStats(step=2))
+    other = StepOutput([JobWrite("k", 1, b"2-0", [_tok(0, [9], "z")])])
+    writes, stats = merge([one, two, other])
+    by_job = {w.job_id: w for w in writes}
+    assert by_job["j"].events == [_tok(0, [5, 6], "ab")] and by_job["j"].final == _final([5, 6], "ab")
+    assert by_job["k"].events == [_tok(0, [9], "z")]
+    assert [s.step for s in stats] == [1, 2]
+
+
+async def _range(r: aioredis.Redis, stream: str) -> list[tuple[bytes, dict[Any, Any]]]:
+    got: Any = await r.xrange(stream)
+    return list(got)
+
+
+async def _outbox(r: aioredis.Redis, landed: list[Written]) -> tuple[Outbox, Leases, int, bytes]:
+    await ensure_group(r, keys.jobs_stream(M), keys.JOBS_GROUP)
+    await r.hset(keys.job_key(M, "j"), jobs.STATUS, "queued")
+    entry: Any = await r.xadd(keys.jobs_stream(M), {b"m": b"job"})
+    await r.xreadgroup(keys.JOBS_GROUP, "w", {keys.jobs_stream(M): ">"})
+    leases = Leases(r, "w", 60, model=M)
+    lease, _ = await leases.start("j")
+    telemetry = TelemetryPublisher(r, "w", 60.0, model=M)
+    return Outbox(leases, telemetry, landed.extend, lambda: (3, False)), leases, lease, entry
+
+
+async def test_job_writes_and_telemetry_land_together_and_a_lost_script_is_loaded_again(
+    r: aioredis.Redis,
+) -> None:
+    landed: list[Written] = []
+    outbox, _, lease, entry = await _outbox(r, landed)
+    await r.script_flush()  # (as after a Redis restart): the first write finds no script
+    writes = [JobWrite("j", lease, entry, [_tok(0, [5], "a")])]
+    assert await outbox._write(writes, [StepStats(step=1, batch_size=1)]) == [True]
+    final = [JobWrite("j", lease, entry, [_tok(1, [6], "b")], _final([5, 6], "ab"))]
+    assert await outbox._write(final, [StepStats(step=2, batch_size=1)]) == [True]
+    assert outbox.retries == 0  # a missing script is no Redis error
+    got = [codec.from_entry(f) for _, f in await _range(r, keys.job_events(M, "j"))]
+    assert got == [_tok(0, [5], "a"), _tok(1, [6], "b"), _final([5, 6], "ab")]
+    assert await r.hget(keys.job_key(M, "j"), jobs.STATUS) == b"finished"
+    sent = [codec.from_entry(f) for _, f in await _range(r, keys.TELEMETRY_STREAM)]
+    assert [(t.step, t.decision_version) for t in sent] == [(1, 3), (2, 3)]  # type: ignore[attr-defined]
+
+
+async def test_a_lost_lease_is_reported_and_nothing_is_written(r: aioredis.Redis) -> None:
+    landed: list[Written] = []
+    outbox, _, lease, entry = await _outbox(r, landed)
+    await Leases(r, "w2", 60, model=M).start("j")  # another worker took the job over
+    writes = [JobWrite("j", lease, entry, [_tok(0, [5], "a")])]
+    assert await outbox._write(writes, []) == [False]
+    assert await r.xlen(keys.job_events(M, "j")) == 0
