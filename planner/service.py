@@ -5,7 +5,9 @@ policy needs no locks): telemetry read through the planner's consumer group and 
 ``policy.observe``; a timer asking ``policy.decide(now)``; and the control stream, whose
 PolicyCommands swap the policy. A decision is published when it differs from the last one,
 or when the last one is getting old (so workers never see it go stale while the planner
-lives); every swap, and every failed swap, is recorded in a decision's note.
+lives); every swap, and every failed swap, is recorded in a decision's note. The workers'
+newest startup cost profile (planner/profiles.py) is looked at every ``profile_check_s`` and
+handed to the policy (``use_profile``) when it is new, and to every policy swapped in.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ from redis.exceptions import RedisError, ResponseError
 
 from planner.metrics import PlannerMetrics
 from planner.policy_slot import PolicyFactory, PolicySlot, registry_factory
+from planner.profiles import newest_profile, same
 from planner.publisher import DecisionPublisher
 from planner.settings import PlannerSettings
 from shared import codec, keys
 from shared.connection import connect
 from shared.loops import every, keep_running, retry_redis, wait_for_redis
+from shared.profile import CostProfile
 from shared.schemas import Decision, PolicyCommand, Telemetry
 from shared.streams import ensure_group, entries
 
@@ -46,6 +50,7 @@ class PlannerService:
         self.metrics = PlannerMetrics()
         self.publisher.on_publish = self.metrics.on_publish
         self._saved_at = time.monotonic()
+        self.profile: CostProfile | None = None  # the workers' newest startup cost profile
 
     async def start(self) -> Decision:
         """Set up groups, load the policy in force, publish a first decision."""
@@ -56,6 +61,7 @@ class PlannerService:
         )
         await self.slot.load(default)
         log.info("planner running policy %s %s", self.slot.name, self.slot.command.params)
+        await self.read_profile()
         return await self._publish(f"planner started with {self.slot.name}")
 
     async def run(self) -> None:
@@ -66,6 +72,7 @@ class PlannerService:
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(every, 1.0, self.write_status, "status")
+                tg.start_soon(every, self.settings.profile_check_s, self.read_profile, "cost profile")
                 tg.start_soon(keep_running, "telemetry", self.read_telemetry)
                 tg.start_soon(keep_running, "control", self.read_control)
                 tg.start_soon(every, self.settings.decide_s, self.decide, "decide")
@@ -149,6 +156,7 @@ class PlannerService:
         except Exception as exc:
             log.error("policy swap to %r %s failed: %s", cmd.policy, cmd.params, exc)
             return await self._publish(f"error: cannot use policy {cmd.policy!r}: {exc}; {old} keeps running")
+        self._hand_profile()
         return await self._publish(f"policy {old} -> {cmd.policy} {cmd.params} by {cmd.requested_by}")
 
     async def decide(self) -> Decision | None:
@@ -168,6 +176,26 @@ class PlannerService:
             await self.slot.save_state()
             self._saved_at = time.monotonic()
         return published
+
+    async def read_profile(self) -> CostProfile | None:
+        """Hand the policy the workers' newest cost profile when it is a new one."""
+        profile = await newest_profile(self.r)
+        if profile is not None and not same(profile, self.profile):
+            self.profile = profile
+            log.info(
+                "cost profile of %s from worker %s (measured in %.1f s): the policy's prior",
+                profile.model, profile.worker_id, profile.measure_s,
+            )  # fmt: skip
+            self._hand_profile()
+        return self.profile
+
+    def _hand_profile(self) -> None:
+        if self.profile is None:
+            return
+        try:
+            self.slot.policy.use_profile(self.profile)
+        except Exception:
+            log.exception("policy %s failed to take the cost profile", self.slot.name)
 
     async def write_status(self) -> None:
         """The planner's status key and drafter-weight gauges (planner/metrics.py)."""

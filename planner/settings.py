@@ -18,6 +18,7 @@ class PlannerSettings:
     state_save_s: float = 5.0  # how often the policy's learned state is persisted
     block_ms: int = 1000
     batch: int = 500  # telemetry entries read at once
+    profile_check_s: float = 5.0  # how often the workers' cost profiles are looked at
     metrics_port: int | None = None  # serve Prometheus /metrics here (0: any free port)
     metrics_host: str = "127.0.0.1"
 
