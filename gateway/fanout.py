@@ -211,12 +211,14 @@ async def _chunks(
                 continue
             i, msg = ev
             out.observe(i, msg)
-            if isinstance(msg, TokenEvent) and msg.text:
-                yield sse.data(out.chunk(msg.text, None, i))
+            if isinstance(msg, TokenEvent):
+                for chunk in out.token_chunks(i, msg):
+                    yield sse.data(chunk)
             elif isinstance(msg, FinishEvent):
                 done.add(i)
                 finals[i] = msg
-                yield sse.data(out.chunk("", msg.finish_reason, i))
+                for chunk in out.finish_chunks(i, msg):
+                    yield sse.data(chunk)
             elif isinstance(msg, ErrorEvent):
                 done.add(i)
                 yield sse.data(error_body(error_status(msg.code), msg.message, code=msg.code))

@@ -177,11 +177,13 @@ async def _chunks(
                     yield sse.DONE
                     return  # finally cancels the job
                 yield sse.KEEPALIVE
-            elif isinstance(ev.msg, TokenEvent) and ev.msg.text:
-                yield sse.data(out.chunk(ev.msg.text))
+            elif isinstance(ev.msg, TokenEvent):
+                for chunk in out.token_chunks(0, ev.msg):
+                    yield sse.data(chunk)
             elif isinstance(ev.msg, FinishEvent):
                 ended = True
-                yield sse.data(out.chunk("", ev.msg.finish_reason))
+                for chunk in out.finish_chunks(0, ev.msg):
+                    yield sse.data(chunk)
                 if out.include_usage:
                     yield sse.data(out.usage_chunk(ev.msg))
                 yield sse.DONE
@@ -195,7 +197,8 @@ async def _chunks(
         ended = True
         final = await final_event(store, job_id)
         if isinstance(final, FinishEvent):
-            yield sse.data(out.chunk("", final.finish_reason))
+            for chunk in out.finish_chunks(0, final):
+                yield sse.data(chunk)
         else:
             yield sse.data(error_body(error_status(final.code), final.message, code=final.code))
         yield sse.DONE

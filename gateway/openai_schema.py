@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gateway.errors import APIError, from_validation
 from gateway.responses import ResponseBuilder
 from shared.errors import ErrorCode
-from shared.schemas import INT32_MAX, MAX_TOKEN_ID, ChatMessage, SamplingParams, valid_text
+from shared.schemas import INT32_MAX, MAX_LOGPROBS, MAX_TOKEN_ID, ChatMessage, SamplingParams, valid_text
 
 __all__ = ["ChatRequest", "CompletionRequest", "ResponseBuilder", "chat_message", "check_processors"]
 
@@ -29,8 +29,8 @@ MAX_PROMPTS = 256
 # The logits processors and outputs the engine honours (worker/engine); a request asking for
 # another is refused by name rather than run without it.
 ENGINE_PROCESSORS = frozenset(
-    {"presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "min_tokens"}
-)  # worker/engine/processors.py; logprobs are not returned yet
+    {"presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "min_tokens", "logprobs"}
+)  # worker/engine/processors.py; logprobs: worker/engine/logprobs.py
 _logged: set[str] = set()
 _logged_lock = threading.Lock()
 
@@ -115,6 +115,9 @@ class _Common(_Lenient):
     def logprobs_k(self) -> int | None:
         return None
 
+    def prompt_logprobs_k(self) -> int | None:
+        return None
+
     def sampling(self, max_tokens: int, seed: int | None = None) -> SamplingParams:
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         try:
@@ -139,6 +142,7 @@ class _Common(_Lenient):
                 repetition_penalty=self.repetition_penalty,
                 logit_bias=bias,
                 logprobs=self.logprobs_k(),
+                prompt_logprobs=self.prompt_logprobs_k(),
             )
         except ValidationError as exc:
             raise from_validation(exc) from None
@@ -146,8 +150,9 @@ class _Common(_Lenient):
 
 class CompletionRequest(_Common):
     prompt: Any  # a string, strings, token ids or lists of token ids (checked below)
+    max_tokens: int | None = Field(default=None, ge=0, le=INT32_MAX)  # 0: the echoed prompt alone
     echo: bool = False
-    logprobs: int | None = Field(default=None, ge=0, le=20)
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     best_of: int | None = Field(default=None, ge=1, le=MAX_N)
     suffix: str | None = None
 
@@ -161,9 +166,22 @@ class CompletionRequest(_Common):
             )
         if self.suffix:
             raise APIError.of(ErrorCode.BAD_REQUEST, "suffix is not supported", param="suffix")
+        if self.max_tokens == 0 and not self.echo:
+            raise APIError.of(
+                ErrorCode.BAD_REQUEST, "max_tokens must be at least 1 (0 only with echo)", param="max_tokens"
+            )
+
+    @property
+    def echo_only(self) -> bool:
+        """``max_tokens: 0`` with ``echo``: the prompt alone, with its logprobs (lm-eval's
+        loglikelihood). The job generates one token, which the answer leaves out."""
+        return self.echo and self.max_tokens == 0
 
     def logprobs_k(self) -> int | None:
         return self.logprobs
+
+    def prompt_logprobs_k(self) -> int | None:
+        return self.logprobs if self.echo else None
 
     def prompt_inputs(self) -> list[dict[str, Any]]:
         """The JobRequest input field of each prompt, in order."""
@@ -216,7 +234,7 @@ class ChatRequest(_Common):
     messages: list[dict[str, Any]] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=INT32_MAX)
     logprobs: bool = False
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None

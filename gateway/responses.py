@@ -6,7 +6,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from shared.schemas import FinishEvent, StartEvent, TokenEvent
+from gateway.logprobs import chat_logprobs, completion_logprobs
+from shared.schemas import FinishEvent, Logprobs, StartEvent, TokenEvent
 
 
 def usage(
@@ -26,7 +27,10 @@ def usage(
 class ResponseBuilder:
     """Builds the response or the stream chunks of one request (text or chat), whose
     choices are jobs ``0 .. choices-1``; ``prompt_of[i]`` is choice i's prompt, ``echo[i]``
-    the prompt text echoed before its completion (completions with ``echo``)."""
+    the prompt text echoed before its completion (completions with ``echo``). Logprobs are
+    shown where the jobs' events carry them (gateway/logprobs.py); ``prompt_logprobs``: the
+    echoed prompts' come from the workers, so a stream's echo chunk waits for them;
+    ``echo_only`` (``max_tokens: 0`` with ``echo``): the choice is its prompt alone."""
 
     def __init__(
         self,
@@ -38,6 +42,8 @@ class ResponseBuilder:
         continuous_usage: bool = False,
         prompt_of: Sequence[int] | None = None,
         echo: Sequence[str] | None = None,
+        prompt_logprobs: bool = False,
+        echo_only: bool = False,
     ) -> None:
         self.chat = chat
         self.id = ("chatcmpl-" if chat else "cmpl-") + job_id
@@ -47,6 +53,10 @@ class ResponseBuilder:
         self.continuous_usage = continuous_usage
         self.prompt_of = list(prompt_of) if prompt_of is not None else [0]
         self.echo = list(echo) if echo is not None else []
+        self.prompt_logprobs = prompt_logprobs
+        self.echo_only = echo_only
+        self._echo_sent: set[int] = set()
+        self._offsets: dict[int, int] = {}  # a streamed choice's text offset so far
         self._sent_role: set[int] = set()
         self._prompt_tokens: dict[int, int] = {}
         self._completion_tokens: dict[int, int] = {}
@@ -68,10 +78,14 @@ class ResponseBuilder:
         return (self.echo[index] if index < len(self.echo) else "") + text
 
     def full(self, finals: FinishEvent | Sequence[FinishEvent]) -> dict[str, Any]:
-        items = [finals] if isinstance(finals, FinishEvent) else list(finals)
+        items = self._views(finals)
         choices = []
         for i, final in enumerate(items):
-            choice: dict[str, Any] = {"index": i, "logprobs": None, "finish_reason": final.finish_reason}
+            choice: dict[str, Any] = {
+                "index": i,
+                "logprobs": self._choice_logprobs(i, final),
+                "finish_reason": final.finish_reason,
+            }
             if self.chat:
                 choice["message"] = {"role": "assistant", "content": final.text}
             else:
@@ -85,13 +99,13 @@ class ResponseBuilder:
         """Count what a choice's event says about its usage (continuous usage stats)."""
         if isinstance(ev, StartEvent):
             self._prompt_tokens[index] = ev.prompt_tokens
-        elif isinstance(ev, TokenEvent):
+        elif isinstance(ev, TokenEvent) and not self.echo_only:
             self._completion_tokens[index] = max(
                 self._completion_tokens.get(index, 0), ev.index + len(ev.token_ids)
             )
         elif isinstance(ev, FinishEvent):
             self._prompt_tokens[index] = ev.prompt_tokens
-            self._completion_tokens[index] = ev.completion_tokens
+            self._completion_tokens[index] = 0 if self.echo_only else ev.completion_tokens
 
     def _usage_so_far(self) -> dict[str, int]:
         prompts: dict[int, int] = {}
@@ -100,8 +114,14 @@ class ResponseBuilder:
         p, c = sum(prompts.values()), sum(self._completion_tokens.values())
         return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
-    def chunk(self, text: str, finish_reason: str | None = None, index: int = 0) -> dict[str, Any]:
-        choice: dict[str, Any] = {"index": index, "logprobs": None, "finish_reason": finish_reason}
+    def chunk(
+        self,
+        text: str,
+        finish_reason: str | None = None,
+        index: int = 0,
+        logprobs: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": index, "logprobs": logprobs, "finish_reason": finish_reason}
         if self.chat:
             delta: dict[str, Any] = {} if finish_reason and not text else {"content": text}
             if index not in self._sent_role:
@@ -118,12 +138,63 @@ class ResponseBuilder:
         return body
 
     def echo_chunk(self, index: int) -> dict[str, Any] | None:
-        """The echoed prompt of a choice, as its first chunk (completions with echo)."""
-        if index >= len(self.echo) or not self.echo[index]:
+        """The echoed prompt of a choice, as its first chunk (completions with echo); None
+        too while it waits for its prompt's logprobs (``token_chunks`` sends it then)."""
+        if index >= len(self.echo) or not self.echo[index] or self.prompt_logprobs:
             return None
         return self.chunk(self.echo[index], None, index)
 
     def usage_chunk(self, finals: FinishEvent | Sequence[FinishEvent]) -> dict[str, Any]:
         body = self._envelope(self.kind, [])
-        body["usage"] = usage(finals, self.prompt_of)
+        body["usage"] = usage(self._views(finals), self.prompt_of)
         return body
+
+    # ------------------------------------------------------------------ logprobs, echo
+
+    def _views(self, finals: FinishEvent | Sequence[FinishEvent]) -> list[FinishEvent]:
+        """The final events as the choices show them: with ``echo_only``, no output at all."""
+        items = [finals] if isinstance(finals, FinishEvent) else list(finals)
+        if not self.echo_only:
+            return items
+        empty = {"text": "", "token_ids": [], "completion_tokens": 0, "finish_reason": "length"}
+        return [f.model_copy(update={**empty, "logprobs": f.logprobs and Logprobs()}) for f in items]
+
+    def _echoes(self, index: int) -> bool:
+        return index < len(self.echo)
+
+    def _choice_logprobs(self, index: int, final: FinishEvent) -> dict[str, Any] | None:
+        """A whole choice's logprobs: the echoed prompt's, then the output's."""
+        prompt = final.prompt_logprobs if self._echoes(index) else None
+        if final.logprobs is None and prompt is None:
+            return None
+        lp = Logprobs.join([x for x in (prompt, final.logprobs) if x is not None])
+        return chat_logprobs(lp) if self.chat else completion_logprobs(lp)[0]
+
+    def _render(self, index: int, lp: Logprobs | None) -> dict[str, Any] | None:
+        """One chunk's logprobs (a completion's text offsets go on from the last chunk's)."""
+        if lp is None:
+            return None
+        if self.chat:
+            return chat_logprobs(lp)
+        body, self._offsets[index] = completion_logprobs(lp, self._offsets.get(index, 0))
+        return body
+
+    def _pending_echo(self, index: int, prompt: Logprobs | None) -> list[dict[str, Any]]:
+        """The echo chunk that waited for its prompt's logprobs, once."""
+        if not (self.prompt_logprobs and self._echoes(index)) or index in self._echo_sent:
+            return []
+        self._echo_sent.add(index)
+        return [self.chunk(self.echo[index], None, index, self._render(index, prompt))]
+
+    def token_chunks(self, index: int, ev: TokenEvent) -> list[dict[str, Any]]:
+        """The chunks of a token event: its text and logprobs (none while both are empty),
+        after the echo that waited for the prompt's logprobs."""
+        out = self._pending_echo(index, ev.prompt_logprobs)
+        if not self.echo_only and (ev.text or ev.logprobs):
+            out.append(self.chunk(ev.text, None, index, self._render(index, ev.logprobs)))
+        return out
+
+    def finish_chunks(self, index: int, ev: FinishEvent) -> list[dict[str, Any]]:
+        """A choice's last chunk (its finish reason), after an echo still waiting."""
+        reason = "length" if self.echo_only else ev.finish_reason
+        return [*self._pending_echo(index, ev.prompt_logprobs), self.chunk("", reason, index)]

@@ -59,7 +59,7 @@ async def completions(
         "completions",
         body,
         prompts,
-        body.max_tokens or COMPLETIONS_DEFAULT_MAX_TOKENS,
+        1 if body.echo_only else body.max_tokens or COMPLETIONS_DEFAULT_MAX_TOKENS,
         explicit,
         idempotency_key,
         echo=body.echo,
@@ -170,6 +170,8 @@ async def _serve(
         cap.model,
         body.include_usage,
         continuous_usage=body.continuous_usage,
+        prompt_logprobs=echo and body.logprobs_k() is not None,
+        echo_only=isinstance(body, CompletionRequest) and body.echo_only,
         prompt_of=[i // body.n for i in range(count)],
         echo=[str(p.get("prompt", "")) for p in prompts for _ in range(body.n)] if echo else None,
     )
