@@ -112,7 +112,11 @@ class JobRun:
         if self._prompt_sent:
             params = params.model_copy(update={"prompt_logprobs": None})
         return EngineRequest(
-            self.job_id, self.prompt_ids + list(self.resume.token_ids), params, self.job.priority
+            self.job_id,
+            self.prompt_ids + list(self.resume.token_ids),
+            params,
+            self.job.priority,
+            resumed=self.resume.tokens,
         )
 
     def resumed_final_reason(self, eos_token_ids: frozenset[int]) -> FinishReason | None:

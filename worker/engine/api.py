@@ -28,6 +28,7 @@ class EngineRequest:
     params: SamplingParams
     priority: int = 0  # lower runs first; FCFS within a priority
     arrival_time: float = field(default_factory=time.monotonic)
+    resumed: int = 0  # last prompt tokens that are output sent by an earlier attempt (a grammar takes them)
 
 
 @dataclass

@@ -11,7 +11,8 @@ vLLM's semantics: ``repetition_penalty`` over prompt and output tokens (a positi
 divided by it, a negative one multiplied); ``presence_penalty`` / ``frequency_penalty``
 subtract once per distinct output token / per occurrence; ``logit_bias`` is added;
 before ``min_tokens`` outputs EOS and ``stop_token_ids`` are masked. The prompt is the
-engine's (after a failover resume it includes the output already sent).
+engine's (after a failover resume it includes the output already sent). A structured-output
+request's grammar masks every row last (worker/engine/grammar.py).
 """
 
 from __future__ import annotations
@@ -55,4 +56,6 @@ def process_rows(logits: torch.Tensor, seq: Sequence, drafts: list[int], eos: fr
             row[torch.tensor(bias_ids, dtype=torch.long)] += bias
         if len(gen) < p.min_tokens and banned:
             row[torch.tensor(banned, dtype=torch.long)] = float("-inf")
+    if seq.grammar is not None:  # last: the grammar's mask along the drafted path (grammar.py)
+        seq.grammar.mask_rows(out, drafts, logits)
     return out

@@ -45,7 +45,7 @@ def verify_sampled(
     for i, x in enumerate(draft):
         r = torch.rand((), generator=generator, device=p.device)
         px, qx = p[i, x], q[i, x]
-        if qx > 0 and r * qx <= px:  # r < min(1, p/q) without dividing by zero
+        if qx > 0 and px > 0 and r * qx <= px:  # r < min(1, p/q) without dividing by zero (p = 0: never)
             out.append(x)
             continue
         residual = (p[i] - q[i]).clamp_min(0)

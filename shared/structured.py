@@ -1,0 +1,84 @@
+"""Wire types of structured output and tool calling (no grammar engine here: see
+``shared/grammar.py``, which turns a ``StructuredOutput`` into an llguidance grammar).
+
+``StructuredOutput`` is vLLM's ``structured_outputs`` (exactly one of ``json``, ``regex``,
+``choice``, ``grammar``, ``json_object``); the gateway builds one from ``response_format``,
+``guided_*``, ``tools`` + ``tool_choice``, and the job API takes it as ``params.structured``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+MAX_GRAMMAR_CHARS = 1 << 20  # a schema, regex or grammar of at most 1 MiB of text
+MAX_TOOLS = 128
+
+
+class StructuredOutput(BaseModel):
+    """What the output must match; ``json`` is a JSON schema (an object, or its JSON text)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, serialize_by_alias=True)
+    json_schema: dict[str, Any] | None = Field(default=None, alias="json")
+    regex: str | None = Field(default=None, max_length=MAX_GRAMMAR_CHARS)
+    choice: list[str] | None = Field(default=None, min_length=1, max_length=4096)
+    grammar: str | None = Field(default=None, max_length=MAX_GRAMMAR_CHARS)  # Lark or GBNF
+    json_object: bool | None = None  # any JSON object
+
+    @field_validator("json_schema", mode="before")
+    @classmethod
+    def _schema_text(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            try:
+                v = json.loads(v)
+            except ValueError:
+                raise ValueError("json must be a JSON schema (an object or its JSON text)") from None
+        if isinstance(v, bool):  # JSON Schema's true / false schemas
+            v = {} if v else {"not": {}}
+        if isinstance(v, dict) and len(json.dumps(v)) > MAX_GRAMMAR_CHARS:
+            raise ValueError("the JSON schema is too large (at most 1 MiB)")
+        return v
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> StructuredOutput:
+        given = [self.json_schema is not None, self.regex is not None, self.choice is not None]
+        given += [self.grammar is not None, bool(self.json_object)]
+        if sum(given) != 1:
+            raise ValueError("give exactly one of json, regex, choice, grammar, json_object")
+        return self
+
+    def key(self) -> str:
+        """A canonical text of the constraint (the grammar caches' key)."""
+        return json.dumps(self.model_dump(exclude_none=True), sort_keys=True, separators=(",", ":"))
+
+
+class FunctionSpec(BaseModel):
+    model_config = ConfigDict(extra="allow")  # e.g. "strict": kept for the chat template
+    name: str = Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:-]+$")
+    description: str | None = Field(default=None, max_length=65536)
+    parameters: dict[str, Any] | None = None
+
+
+class Tool(BaseModel):
+    """A tool the model may call (OpenAI's ``tools`` item), passed to the chat template."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function"] = "function"
+    function: FunctionSpec
+
+
+class FunctionCall(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(max_length=256)
+    arguments: str = Field(default="{}", max_length=MAX_GRAMMAR_CHARS)  # JSON text, as OpenAI sends it
+
+
+class ToolCall(BaseModel):
+    """A call an assistant message made (input history, or parsed from the output)."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(default="", max_length=256)
+    type: Literal["function"] = "function"
+    function: FunctionCall
