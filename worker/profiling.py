@@ -14,10 +14,12 @@ them, and then steps the engine through its public contract only (``apply_decisi
   seconds per caught-up token per sequence (0 for a drafter that has nothing to catch up).
 
 A step counts only when its decoding batch is exactly the batch measured and nothing else
-ran in it (no prefill, no catch-up); the fastest of ``reps`` steps is kept (on a shared
-machine the noise is other processes' bursts, which only ever add time).
-The whole pass stops at ``budget_s``: the batch sizes completed by then form the profile
-(None if not even batch 1 was). Every synthetic request is aborted before it returns.
+ran in it (no prefill, no catch-up). The pass goes over every batch size ``reps`` times,
+one step per point each time, and keeps the fastest (on a shared machine the noise is other
+processes' bursts, which only ever add time); so when the budget (``budget_s``) runs out in
+a later round the profile still covers every batch size, and only a first round cut short
+leaves out the largest ones (None if not even batch 1 was done).
+Every synthetic request is aborted before it returns.
 
 Run again while serving (``Remeasure``, after an elastic-memory move changed the KV pool),
 it starts only when the engine is idle and gives up at the first step that also carries a
@@ -33,6 +35,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from shared.profile import CostProfile
 from shared.schemas import ALL_BATCHES, Decision, SamplingParams
@@ -53,7 +56,7 @@ class ProfileSettings:
     max_batch: int = 32  # largest batch measured (powers of two up to it, capped by the engine)
     gamma_max: int = 4  # rows per sequence 1 .. gamma_max + 1
     prompt_len: int = 16  # tokens of each synthetic prompt
-    reps: int = 3  # steps measured per point (the fastest is kept)
+    reps: int = 3  # rounds over the batch sizes, one step per point each (the fastest is kept)
     warmup: int = 1  # γ = 0 steps run, not measured, after the prefill
     lag_steps: int = 2  # γ = 0 steps before another drafter's catch-up is measured
 
@@ -66,8 +69,8 @@ class ProfileSettings:
     def output_len(self, drafters: int) -> int:
         """Output tokens one synthetic sequence may need over a batch's pass (each step
         emits at most γ + 1)."""
-        plain = self.warmup + self.reps + drafters * (self.lag_steps + 2)
-        return plain + self.reps * (sum(range(2, self.gamma_max + 2)) + 3 * drafters) + 8
+        plain = self.warmup + 1 + drafters * (self.lag_steps + 2)
+        return plain + sum(range(2, self.gamma_max + 2)) + 3 * drafters + 8
 
 
 class Interrupted(Exception):
@@ -89,6 +92,17 @@ class BatchCosts:
     target: dict[int, float] = field(default_factory=dict)  # rows -> seconds
     drafter: dict[str, float] = field(default_factory=dict)  # name -> seconds per draft step
     catch_up: dict[str, float] = field(default_factory=dict)  # name -> seconds per token per sequence
+
+    def fastest(self, other: BatchCosts | None) -> BatchCosts:
+        """Each value the lower of this round's and ``other``'s."""
+        if other is None:
+            return self
+
+        def low(a: dict[Any, float], b: dict[Any, float]) -> dict[Any, float]:
+            return {k: min(v for v in (a.get(k), b.get(k)) if v is not None) for k in a.keys() | b.keys()}
+
+        return BatchCosts(low(self.target, other.target), low(self.drafter, other.drafter),
+                          low(self.catch_up, other.catch_up))  # fmt: skip
 
 
 def busy(stats: StepStats) -> float:
@@ -123,10 +137,10 @@ class _Pass:
         self.total_blocks = result.stats.total_blocks or self.total_blocks
         return result.stats, result.outputs
 
-    def fill(self, batch: int) -> list[str]:
-        """``batch`` synthetic requests, prefilled: every one has its first token."""
+    def fill(self, ids: list[str]) -> None:
+        """A synthetic request per id, prefilled: every one has its first token."""
         params = SamplingParams(max_tokens=self.output_len, temperature=0.0, ignore_eos=True)
-        ids = [f"{PROFILE_ID}{batch}-{i}" for i in range(batch)]
+        batch = len(ids)
         for rid in ids:
             prompt = [self.rng.randrange(3, self.vocab) for _ in range(self.s.prompt_len)]
             self.engine.add_request(EngineRequest(rid, prompt, params))
@@ -136,7 +150,7 @@ class _Pass:
             _, outputs = self.step()
             started |= {o.request_id for o in outputs if o.num_output_tokens > 0}
             if started >= set(ids):
-                return ids
+                return
         raise RuntimeError(f"the synthetic prompts of batch {batch} never finished prefilling")
 
     def clear(self, ids: list[str]) -> None:
@@ -162,15 +176,15 @@ class _Pass:
             if i >= skip and self.counted(stats, batch) and stats.gamma == 0:
                 out.append(busy(stats))
 
-    def measure(self, batch: int) -> BatchCosts:
-        """γ = 0; then the first drafter, cycling γ = 1..γmax ``reps`` times (a burst of load
-        from elsewhere hits every γ alike); then each other drafter after ``lag_steps`` γ = 0
-        steps, at γ = min(2, γmax). The first draft of each pays its catch-up (not counted)."""
+    def measure(self, batch: int, ids: list[str]) -> BatchCosts:
+        """One step of each point: γ = 0; the first drafter at γ = 1..γmax; each other drafter
+        after ``lag_steps`` γ = 0 steps, at γ = min(2, γmax). The first draft of each pays its
+        catch-up (not counted)."""
         s, costs = self.s, BatchCosts()
-        ids = self.fill(batch)
+        self.fill(ids)
         rows: dict[int, list[float]] = defaultdict(list)
         drafts: dict[str, list[float]] = defaultdict(list)
-        self.plain(batch, s.warmup + s.reps, s.warmup, rows[1])
+        self.plain(batch, s.warmup + 1, s.warmup, rows[1])
         for j, name in enumerate(self.drafters):
             if j:  # every drafter falls behind at γ = 0, so its catch-up shows
                 self.plain(batch, s.lag_steps, 0, rows[1])
@@ -180,15 +194,14 @@ class _Pass:
             costs.catch_up[name] = sum(e.seconds for e in events) / max(sum(e.tokens for e in events), 1)
             full = any(len(rows[q]) for q in range(2, s.gamma_max + 2))
             gammas = [min(2, s.gamma_max)] if full else list(range(1, s.gamma_max + 1))
-            for _ in range(s.reps):
-                for gamma in gammas:
-                    self.decide(gamma, name)
-                    stats, _ = self.step()
-                    if not self.counted(stats, batch) or stats.drafter != name:
-                        continue
-                    drafts[name].append(stats.draft_time / gamma)
-                    if not full and stats.gamma == gamma and stats.proposed == batch * gamma:
-                        rows[gamma + 1].append(busy(stats))
+            for gamma in gammas:
+                self.decide(gamma, name)
+                stats, _ = self.step()
+                if not self.counted(stats, batch) or stats.drafter != name:
+                    continue
+                drafts[name].append(stats.draft_time / gamma)
+                if not full and stats.gamma == gamma and stats.proposed == batch * gamma:
+                    rows[gamma + 1].append(busy(stats))
         self.clear(ids)
         costs.target = {q: min(xs) for q, xs in sorted(rows.items()) if xs}
         costs.drafter = {n: min(xs) for n, xs in drafts.items() if xs}
@@ -244,13 +257,17 @@ def profile_engine(
     names = [] if offloaded else list(getattr(engine, "drafter_names", []))
     run = _Pass(engine, settings, t0 + settings.budget_s, names)
     done: dict[int, BatchCosts] = {}
+    sizes = batch_sizes(engine, settings, len(names))
     try:
-        for batch in batch_sizes(engine, settings, len(names)):
-            ids = [f"{PROFILE_ID}{batch}-{i}" for i in range(batch)]
+        for rnd, batch in ((r, b) for r in range(settings.reps) for b in sizes):
+            ids = [f"{PROFILE_ID}{rnd}-{batch}-{i}" for i in range(batch)]
             try:
-                done[batch] = run.measure(batch)
+                done[batch] = run.measure(batch, ids).fastest(done.get(batch))
             except OutOfTime:
-                log.warning("cost profile: budget of %.0f s spent during batch %d", settings.budget_s, batch)
+                log.warning(
+                    "cost profile: budget of %.0f s spent in round %d at batch %d",
+                    settings.budget_s, rnd + 1, batch,
+                )  # fmt: skip
                 run.clear(ids)
                 break
             except Interrupted:
