@@ -32,7 +32,7 @@ def completion_logprobs(lp: Logprobs, offset: int = 0) -> tuple[dict[str, Any], 
             tops.append(None)
             continue
         top = dict(zip(lp.top_tokens[i], lp.top_logprobs[i], strict=True)) if i < len(lp.top_tokens) else {}
-        top.setdefault(token, value)
+        top[token] = value  # the chosen token's own (two tokens may render alike, e.g. as U+FFFD)
         tops.append(top)
     body = {
         "tokens": list(lp.tokens),
