@@ -118,7 +118,7 @@ async def _job_for(store: JobStore, endpoint: str, body: Any, job_id: str) -> Jo
         raise _bad("batch requests take n = 1 and no stream", "n")
     if isinstance(req, ChatRequest):
         given = req.max_completion_tokens or req.max_tokens
-        inputs: dict[str, Any] = {"messages": req.chat_messages()}
+        inputs: dict[str, Any] = {"messages": req.chat_messages(), "tools": req.template_tools()}
         max_tokens = given or store.settings.default_max_tokens
     else:
         prompts = req.prompt_inputs()

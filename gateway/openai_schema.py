@@ -4,24 +4,38 @@ As vLLM does, a field this server does not know is ignored and logged once per f
 so clients that send newer or vendor fields (``store``, ``service_tier``, ...) work. vLLM's
 common extensions are accepted: ``top_k``, ``min_tokens``, ``repetition_penalty``,
 ``stop_token_ids``, ``ignore_eos``, ``priority``, ``stream_options.continuous_usage_stats``.
-A known feature that this server cannot honour (``best_of``, ``suffix``, structured output
-beyond ``{"type": "text"}``, tools) is a 400 naming the parameter, never silently dropped.
+A known feature that this server cannot honour (``best_of``, ``suffix``) is a 400 naming the
+parameter, never silently dropped. Structured output — ``response_format`` ``json_object`` /
+``json_schema``, vLLM's ``guided_json`` / ``guided_regex`` / ``guided_choice`` /
+``guided_grammar`` and ``structured_outputs`` — becomes ``SamplingParams.structured``, a
+constraint the gateway has the grammar engine check first (400 when it refuses); tools are in
+gateway/tools.py.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gateway import constraints
 from gateway.errors import APIError, from_validation
 from gateway.responses import ResponseBuilder
+from gateway.tools import ToolChoice, ToolOutput, check_tools
 from shared.errors import ErrorCode
 from shared.schemas import INT32_MAX, MAX_LOGPROBS, MAX_TOKEN_ID, ChatMessage, SamplingParams, valid_text
+from shared.structured import StructuredOutput, Tool
 
-__all__ = ["ChatRequest", "CompletionRequest", "ResponseBuilder", "chat_message", "check_processors"]
+__all__ = [
+    "ChatRequest",
+    "CompletionRequest",
+    "ResponseBuilder",
+    "chat_message",
+    "check_processors",
+]
 
 log = logging.getLogger("nightjar.gateway")
 MAX_N = 128  # choices per request (n × prompts), each one job
@@ -63,9 +77,35 @@ class StreamOptions(_Lenient):
     continuous_usage_stats: bool = False  # vLLM: usage in every chunk
 
 
+class JsonSchemaFormat(_Lenient):
+    name: str | None = Field(default=None, max_length=256)
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None  # always strict here: the grammar enforces the schema
+
+
 class ResponseFormat(_Lenient):
     type: str = "text"
-    json_schema: dict[str, Any] | None = None
+    json_schema: JsonSchemaFormat | None = None
+
+    def structured(self) -> StructuredOutput | None:
+        if self.type == "text":
+            return None
+        if self.type == "json_object":
+            return StructuredOutput(json_object=True)
+        if self.type == "json_schema":
+            if self.json_schema is None or self.json_schema.schema_ is None:
+                raise APIError.of(
+                    ErrorCode.BAD_REQUEST,
+                    "response_format json_schema needs json_schema.schema",
+                    param="response_format",
+                )
+            return StructuredOutput(json=self.json_schema.schema_)
+        raise APIError.of(
+            ErrorCode.BAD_REQUEST,
+            f"response_format {self.type!r} is not supported (text, json_object, json_schema)",
+            param="response_format",
+        )
 
 
 class _Common(_Lenient):
@@ -87,6 +127,11 @@ class _Common(_Lenient):
     logit_bias: dict[str, float] | None = None
     response_format: ResponseFormat | None = None
     # vLLM's extensions.
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    structured_outputs: dict[str, Any] | None = None  # vLLM's StructuredOutputsParams (json, regex, ...)
     top_k: int = Field(default=0, ge=-1, le=INT32_MAX)  # 0 or -1: no top-k filter
     min_tokens: int = Field(default=0, ge=0, le=32768)
     stop_token_ids: list[int] | None = None
@@ -102,15 +147,32 @@ class _Common(_Lenient):
         return bool(self.stream and self.stream_options and self.stream_options.continuous_usage_stats)
 
     def check_supported(self) -> None:
-        """400 for a known feature this server cannot honour yet (named, never dropped)."""
-        check_processors(self.sampling(1))
-        fmt = self.response_format
-        if fmt is not None and fmt.type != "text":
-            raise APIError.of(
-                ErrorCode.BAD_REQUEST,
-                f"response_format {fmt.type!r} is not supported by this server (only 'text')",
-                param="response_format",
-            )
+        """400 for a known feature this server cannot honour yet (named, never dropped), or a
+        constraint the grammar engine refuses."""
+        params = self.sampling(1)
+        check_processors(params)
+        constraints.check(params.structured, self.constraint_param())
+
+    def constraint_param(self) -> str:
+        """The field the request's constraint came from (for its 400)."""
+        given = self._constraints()
+        return next(iter(given)) if given else "response_format"
+
+    def _constraints(self) -> dict[str, StructuredOutput]:
+        """Every constraint the request gives, by field (at most one is allowed)."""
+        fmt = self.response_format.structured() if self.response_format else None
+        return constraints.gather(
+            fmt,
+            self.structured_outputs,
+            guided_json=self.guided_json,
+            guided_regex=self.guided_regex,
+            guided_choice=self.guided_choice,
+            guided_grammar=self.guided_grammar,
+        )
+
+    def structured(self) -> StructuredOutput | None:
+        """The output's constraint: at most one of response_format, guided_*, structured_outputs."""
+        return constraints.one(self._constraints())
 
     def logprobs_k(self) -> int | None:
         return None
@@ -143,6 +205,7 @@ class _Common(_Lenient):
                 logit_bias=bias,
                 logprobs=self.logprobs_k(),
                 prompt_logprobs=self.prompt_logprobs_k(),
+                structured=self.structured(),
             )
         except ValidationError as exc:
             raise from_validation(exc) from None
@@ -248,8 +311,6 @@ class ChatRequest(_Common):
 
     def check_supported(self) -> None:
         super().check_supported()
-        if self.tools and self.tool_choice != "none":
-            raise APIError.of(ErrorCode.BAD_REQUEST, "tools are not supported by this server", param="tools")
         if self.top_logprobs is not None and not self.logprobs:
             raise APIError.of(
                 ErrorCode.BAD_REQUEST, "top_logprobs needs logprobs: true", param="top_logprobs"
@@ -260,6 +321,26 @@ class ChatRequest(_Common):
 
     def chat_messages(self) -> list[ChatMessage]:
         return [chat_message(m) for m in self.messages]
+
+    def tools_asked(self) -> ToolChoice | None:
+        return check_tools(self.tools, self.tool_choice, self.parallel_tool_calls)
+
+    def _constraints(self) -> dict[str, StructuredOutput]:
+        out = super()._constraints()
+        asked = self.tools_asked()
+        calls = asked.grammar() if asked is not None else None
+        if calls is not None:
+            out["tool_choice"] = calls
+        return out
+
+    def template_tools(self) -> list[Tool] | None:
+        asked = self.tools_asked()
+        return asked.tools if asked is not None else None
+
+    def tool_output(self, base: str) -> ToolOutput | None:
+        """What parses the tool calls of the response's choices (None: no tools)."""
+        asked = self.tools_asked()
+        return ToolOutput(asked, base) if asked is not None else None
 
 
 def check_processors(params: SamplingParams) -> None:
@@ -280,13 +361,41 @@ def check_processors(params: SamplingParams) -> None:
 
 
 def chat_message(m: dict[str, Any]) -> ChatMessage:
-    """An OpenAI message (string content or text parts) as a ChatMessage."""
+    """An OpenAI message (string content or text parts; an assistant's ``tool_calls``, a
+    tool's ``tool_call_id``) as a ChatMessage."""
     role = "system" if m.get("role") == "developer" else m.get("role")
     content = m.get("content")
     if isinstance(content, list):
         if not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
             raise ValueError("only text content parts are supported")
         content = "".join(str(p.get("text", "")) for p in content)
-    if role not in ("system", "user", "assistant") or not isinstance(content, str):
-        raise ValueError("each message needs a role (system, user, assistant) and text content")
-    return ChatMessage.model_validate({"role": role, "content": content})
+    calls = m.get("tool_calls") if role == "assistant" else None
+    if content is None and calls:
+        content = ""
+    if role not in ("system", "user", "assistant", "tool") or not isinstance(content, str):
+        raise ValueError("each message needs a role (system, user, assistant, tool) and text content")
+    fields: dict[str, Any] = {"role": role, "content": content}
+    if calls:
+        if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
+            raise ValueError("tool_calls must be a list of tool calls")
+        fields["tool_calls"] = [_tool_call(c) for c in calls]
+    if role == "tool":
+        if not isinstance(m.get("tool_call_id"), str):
+            raise ValueError("a tool message needs the tool_call_id it answers")
+        fields["tool_call_id"] = m["tool_call_id"]
+    if isinstance(m.get("name"), str):
+        fields["name"] = m["name"]
+    return ChatMessage.model_validate(fields)
+
+
+def _tool_call(c: dict[str, Any]) -> dict[str, Any]:
+    fn: dict[str, Any] = c["function"] if isinstance(c.get("function"), dict) else {}
+    args = fn.get("arguments", "{}")
+    return {
+        "id": c.get("id") or "",
+        "type": "function",
+        "function": {
+            "name": fn.get("name"),
+            "arguments": args if isinstance(args, str) else json.dumps(args),
+        },
+    }

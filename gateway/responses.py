@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.logprobs import chat_logprobs, completion_logprobs
+from gateway.tools import ToolOutput
 from shared.schemas import FinishEvent, Logprobs, StartEvent, TokenEvent
 
 
@@ -44,6 +45,7 @@ class ResponseBuilder:
         echo: Sequence[str] | None = None,
         prompt_logprobs: bool = False,
         echo_only: bool = False,
+        tools: ToolOutput | None = None,
     ) -> None:
         self.chat = chat
         self.id = ("chatcmpl-" if chat else "cmpl-") + job_id
@@ -57,6 +59,7 @@ class ResponseBuilder:
         self.echo_only = echo_only
         self._echo_sent: set[int] = set()
         self._offsets: dict[int, int] = {}  # a streamed choice's text offset so far
+        self.tools = tools  # chat with tools: tool calls parsed out of the text (gateway/tools.py)
         self._sent_role: set[int] = set()
         self._prompt_tokens: dict[int, int] = {}
         self._completion_tokens: dict[int, int] = {}
@@ -86,7 +89,11 @@ class ResponseBuilder:
                 "logprobs": self._choice_logprobs(i, final),
                 "finish_reason": final.finish_reason,
             }
-            if self.chat:
+            if self.chat and self.tools is not None:
+                choice["message"], choice["finish_reason"] = self.tools.message(
+                    i, final.text, final.finish_reason
+                )
+            elif self.chat:
                 choice["message"] = {"role": "assistant", "content": final.text}
             else:
                 choice["text"] = self._echoed(i, final.text)
@@ -123,7 +130,13 @@ class ResponseBuilder:
     ) -> dict[str, Any]:
         choice: dict[str, Any] = {"index": index, "logprobs": logprobs, "finish_reason": finish_reason}
         if self.chat:
+            calls: list[dict[str, Any]] = []
+            if self.tools is not None:  # what may be a tool call is held back, the calls sent whole
+                text, calls, finish_reason = self.tools.step(index, text, finish_reason)
+                choice["finish_reason"] = finish_reason
             delta: dict[str, Any] = {} if finish_reason and not text else {"content": text}
+            if calls:
+                delta["tool_calls"] = calls
             if index not in self._sent_role:
                 delta["role"] = "assistant"
                 self._sent_role.add(index)

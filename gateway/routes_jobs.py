@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from redis.exceptions import RedisError
 
-from gateway import listing, sse, webhooks
+from gateway import constraints, listing, sse, webhooks
 from gateway.auth import owner
 from gateway.errors import APIError, from_validation, store_down
 from gateway.ids import client_job_id, fingerprint, idempotent_job_id, job_not_found, new_job_id, valid_job_id
@@ -167,6 +167,7 @@ async def _submit_one(request: Request, body: JobSubmission, idempotency_key: st
     except ValueError as exc:
         raise APIError.of(ErrorCode.BAD_REQUEST, str(exc)) from None
     check_processors(params)
+    constraints.check(params.structured, "params.structured")
     url = webhooks.check_url(body.webhook_url)
     fp = fingerprint("jobs", body.model_dump(mode="json", exclude={"id"}))
     got = await store.submit(job, owner=owner(request), fingerprint=fp)

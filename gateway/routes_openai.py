@@ -75,7 +75,7 @@ async def chat_completions(
     body.check_supported()
     given = body.max_completion_tokens or body.max_tokens
     max_tokens = given or _settings(request).default_max_tokens
-    inputs = [{"messages": body.chat_messages()}]
+    inputs = [{"messages": body.chat_messages(), "tools": body.template_tools()}]
     return await _serve(request, "chat", body, inputs, max_tokens, given is not None, idempotency_key)
 
 
@@ -174,6 +174,7 @@ async def _serve(
         echo_only=isinstance(body, CompletionRequest) and body.echo_only,
         prompt_of=[i // body.n for i in range(count)],
         echo=[str(p.get("prompt", "")) for p in prompts for _ in range(body.n)] if echo else None,
+        tools=body.tool_output(base) if isinstance(body, ChatRequest) else None,
     )
     if count > 1:
         if body.stream:

@@ -77,7 +77,7 @@ async def test_chat_completion_plain_and_streamed(r: aioredis.Redis) -> None:
         ("/v1/completions", {"prompt": ["a", [1]]}, "prompt"),
         ("/v1/completions", {"prompt": [[]]}, "prompt"),
         ("/v1/completions", {"prompt": "a", "suffix": "b"}, "suffix"),
-        ("/v1/completions", {"prompt": "a", "response_format": {"type": "json_object"}}, "response_format"),
+        ("/v1/completions", {"prompt": "a", "response_format": {"type": "xml"}}, "response_format"),
         ("/v1/completions", {"prompt": "a", "presence_penalty": 3}, "presence_penalty"),
         ("/v1/completions", {"prompt": "a", "logit_bias": {"x": 1}}, "logit_bias"),
         ("/v1/completions", {"prompt": "a", "stop_token_ids": [-1]}, "stop_token_ids"),
