@@ -7,7 +7,9 @@ predicted latency per token per sequence — the bandit's loss ℓ — is step /
 is B / ℓ). α is per drafter, from telemetry: the realised acceptance of the drafter that ran
 (``signals.acceptance``) and every other drafter's counterfactual acceptance, as a discounted
 Beta posterior (successes and failures weighted by the positions judged, both multiplied by
-``discount`` per update, so old text fades). The interval of ℓ takes α's ±``z`` standard
+``discount`` per update, so old text fades, and by ``IDLE_DISCOUNT`` per step that ran γ = 0
+and taught nothing: a policy that stopped speculating becomes unsure of α again, so the γ it
+ruled out overlap again and get explored — no deadlock at γ = 0). The interval of ℓ takes α's ±``z`` standard
 deviations and ±``time_tol`` on the profile's step time; at γ = 0 only the time is uncertain.
 There is no prediction (None) for γ beyond the rows the profile measured, or for γ > 0 when
 it measured no drafter.
@@ -34,6 +36,8 @@ from planner.policies.signals import acceptance, is_step
 from shared.profile import CostProfile
 from shared.schemas import Telemetry
 
+IDLE_DISCOUNT = 0.99  # per step that ran γ = 0 without counterfactuals: α's weight halves in ~70
+
 
 def expected_tokens(alpha: float, gamma: int) -> float:
     """E(α, γ) = (1 − α^(γ+1)) / (1 − α): tokens per sequence per step, bonus included."""
@@ -51,6 +55,11 @@ class Beta:
         rate = min(max(rate, 0.0), 1.0)
         self.a = discount * self.a + rate * weight
         self.b = discount * self.b + (1.0 - rate) * weight
+
+    def fade(self, discount: float) -> None:
+        """Forget a little (down to the weight of the uniform prior, Beta(1, 1))."""
+        if self.a + self.b > 2.0:
+            self.a, self.b = discount * self.a, discount * self.b
 
     @property
     def mean(self) -> float:
@@ -79,6 +88,10 @@ class ProfilePrior:
 
     def observe(self, t: Telemetry) -> None:
         if not is_step(t):
+            return
+        if t.gamma == 0 and not t.counterfactual:  # nothing learned: what is known fades
+            for beta in self.acceptance.values():
+                beta.fade(IDLE_DISCOUNT)
             return
         alpha = acceptance(t)
         if alpha is not None and t.drafter:

@@ -8,6 +8,7 @@ import pytest
 
 from planner.policies import registry
 from planner.policies.bingreedy import BinGreedy, Interval
+from planner.policies.cost_model import CostModelPolicy
 from planner.policies.nightjar import NightjarPolicy
 from planner.policies.prior import Beta, ProfilePrior, arm_intervals, expected_tokens
 from planner.sim import Runner, Scenario, SimWorker
@@ -52,6 +53,12 @@ def test_expected_tokens_and_beta() -> None:
     lo, hi = beta.bounds(2.0)
     assert lo < 0.7 < hi and hi - lo < 0.1  # about 500 positions remembered (λ = 0.98)
     assert Beta().bounds(2.0) == (0.0, 1.0)
+    prior = ProfilePrior()
+    prior.acceptance["d"] = beta
+    for step in range(500):  # speculation off: α becomes uncertain again
+        prior.observe(Telemetry(worker_id="w", step=step, batch_size=4, num_tokens=4, step_time=0.01))
+    lo, hi = prior.acceptance["d"].bounds(2.0)
+    assert lo < 0.3 and hi > 0.95  # as unsure as the uniform prior
 
 
 def test_prediction_follows_profile_and_acceptance() -> None:
@@ -132,3 +139,22 @@ def test_profile_prior_picks_gamma_per_bucket_without_exploring() -> None:
     # later ones do not — the second half above ran the optimum throughout
     assert max(with_prior) <= 8
     assert sum(with_prior) * 5 <= sum(without)
+
+
+def test_cost_model_uses_the_profile_and_probes_only_overlapping_lengths() -> None:
+    profile = fake_profile()
+    sc = scenario(profile)
+    probes = {}
+    for with_profile in (True, False):
+        pol = registry.create("cost-model", gamma_max=4, alpha_prior=ALPHA, probe_every=20)
+        assert isinstance(pol, CostModelPolicy)
+        if with_profile:
+            pol.use_profile(profile)
+            for b in BATCHES:  # right from the start, before anything is measured
+                lat = {k: sc.expected_latency(b, k, "d", "default") for k in pol.lengths}
+                assert pol.best_length(pol.buckets.index(b)) == min(lat, key=lat.__getitem__), b
+        Runner(pol, SimWorker(sc, seed=0)).run(1200)
+        probes[with_profile] = pol.probes
+    print(f"cost-model probes of another length over 1200 steps: with the profile {probes[True]}, "
+          f"without {probes[False]}")  # fmt: skip
+    assert probes[True] * 4 <= probes[False]
