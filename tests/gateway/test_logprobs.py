@@ -6,6 +6,7 @@ prompt's logprobs (first None) and max_tokens 0 (the prompt alone)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -65,7 +66,7 @@ def with_logprobs(job: JobRequest) -> list[JobEvent]:
     ]
 
 
-def _chunks(text: str) -> list[dict]:  # type: ignore[type-arg]
+def _chunks(text: str) -> list[dict[str, Any]]:
     lines = [line[len("data: ") :] for line in text.split("\n") if line.startswith("data: ")]
     assert lines[-1] == "[DONE]"
     return [json.loads(x) for x in lines[:-1]]
