@@ -50,8 +50,9 @@ class StructuredOutput(BaseModel):
         return self
 
     def key(self) -> str:
-        """A canonical text of the constraint (the grammar caches' key)."""
-        return json.dumps(self.model_dump(exclude_none=True), sort_keys=True, separators=(",", ":"))
+        """The constraint as compact JSON (the grammar caches' key). Key order is kept: a
+        schema's property order is the order the output writes them in."""
+        return json.dumps(self.model_dump(exclude_none=True), separators=(",", ":"))
 
 
 class FunctionSpec(BaseModel):
