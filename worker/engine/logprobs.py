@@ -24,7 +24,7 @@ import torch
 
 from shared.schemas import Logprobs
 
-FLOOR = -9999.0  # what -inf is reported as (vLLM's value): JSON has no infinity
+FLOOR = -9999.0  # what -inf (and NaN) is reported as: vLLM's value for -inf
 
 
 @dataclass
@@ -48,12 +48,13 @@ def score(rows: torch.Tensor, tokens: list[int], k: int) -> list[Logprobs]:
     ``tokens[i]`` at row i and the top ``k`` of that row."""
     if not tokens:
         return []
-    lp = torch.log_softmax(rows[: len(tokens)].float(), dim=-1)
+    # Never NaN or -inf on the wire (JSON has neither): both are reported as FLOOR.
+    lp = torch.log_softmax(rows[: len(tokens)].float(), dim=-1).nan_to_num(nan=FLOOR, neginf=FLOOR)
     ids = torch.tensor(tokens, dtype=torch.long, device=lp.device).unsqueeze(1)
-    chosen = lp.gather(1, ids).squeeze(1).clamp_min(FLOOR).tolist()
+    chosen = lp.gather(1, ids).squeeze(1).tolist()
     if k > 0:
         top = lp.topk(min(k, lp.shape[1]), dim=-1)
-        top_ids, top_lps = top.indices.tolist(), top.values.clamp_min(FLOOR).tolist()
+        top_ids, top_lps = top.indices.tolist(), top.values.tolist()
     else:
         top_ids = top_lps = [[] for _ in tokens]
     return [

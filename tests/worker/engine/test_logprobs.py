@@ -6,6 +6,7 @@ chunked prefill; raw (before temperature and penalties) for sampled, processed r
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from tests.worker.engine.test_engine import PROMPTS
 from tests.worker.engine.tiny import hf_model
 from worker.engine.api import EngineRequest
 from worker.engine.loader import load_engine
+from worker.engine.logprobs import FLOOR, score
 
 NEW = 20
 K = 5
@@ -186,3 +188,12 @@ def test_sampled_processed_logprobs_are_raw(llama_dir: Path) -> None:
     for i, p in enumerate(prompts):
         assert len(got[str(i)]) == 12
         assert_matches_hf(hf, p, got[str(i)], 3)
+
+
+def test_scores_are_finite_numbers() -> None:
+    """-inf (a masked logit) and NaN are reported as FLOOR: JSON carries neither."""
+    rows = torch.tensor([[0.0, float("-inf"), 1.0], [float("nan"), 0.0, 0.0]])
+    got = score(rows, [1, 0], 3)
+    assert got[0].logprobs == [FLOOR] and got[1].logprobs == [FLOOR]
+    assert all(math.isfinite(v) for g in got for v in g.top_logprobs[0])
+    assert got[0].top_ids == [[2, 0, 1]]
