@@ -47,6 +47,10 @@ class StructuredOutput(BaseModel):
         given += [self.grammar is not None, bool(self.json_object)]
         if sum(given) != 1:
             raise ValueError("give exactly one of json, regex, choice, grammar, json_object")
+        try:  # the grammar engine takes UTF-8: no lone surrogates anywhere
+            json.dumps(self.model_dump(exclude_none=True), ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("the constraint must be valid Unicode (no lone surrogates)") from None
         return self
 
     def key(self) -> str:
