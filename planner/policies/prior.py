@@ -4,8 +4,9 @@
 A step at γ costs ``profile.step(B, γ, d)`` seconds (γ draft steps of drafter d, then a target
 pass over γ + 1 rows) and gives each sequence E(α, γ) = (1 − α^(γ+1))/(1 − α) tokens, so the
 predicted latency per token per sequence — the bandit's loss ℓ — is step / E(α, γ) (goodput
-is B / ℓ). α is per drafter, from telemetry: the realised acceptance of the drafter that ran
-(``signals.acceptance``) and every other drafter's counterfactual acceptance, as a discounted
+is B / ℓ). α is per drafter, from telemetry: each drafter's rate in ``counterfactual`` (the
+worker puts the realised accepted/judged of the one that ran there too; failing that, its
+acceptance is solved from the step, ``signals.acceptance``), as a discounted
 Beta posterior (successes and failures weighted by the positions judged, both multiplied by
 ``discount`` per update, so old text fades, and by ``IDLE_DISCOUNT`` per step that ran γ = 0
 and taught nothing: a policy that stopped speculating becomes unsure of α again, so the γ it
@@ -22,13 +23,18 @@ bucket's arms with ``MIN_SAMPLES`` steps (serving adds overheads the synthetic s
 profile do not see; one factor for all arms, so it cancels when they are compared). An arm
 whose own data (mean ± Z standard errors) miss its scaled prediction — the profile got its
 shape wrong — or that the profile cannot predict keeps its data's interval (or stays unknown
-before ``MIN_SAMPLES`` steps), and is compared unpaired.
+before ``MIN_SAMPLES`` steps), and is compared unpaired. An arm whose data agree combines
+both by precision (time tolerance t, the data's relative Z·se d): the mean is the data's with
+weight t²/(t² + d²) and the prediction's with the rest, the uncertainty t·d/√(t² + d²), the
+prediction's scenarios clipped to the data's interval — a few noisy steps do not outvote the
+profile, many settle a near-tie, and an α gone uncertain for want of speculation does not
+reopen an arm its own steps have measured.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from planner.policies.bingreedy import MIN_SAMPLES, BinGreedy, Interval, Z
@@ -36,7 +42,7 @@ from planner.policies.signals import acceptance, is_step
 from shared.profile import CostProfile
 from shared.schemas import Telemetry
 
-IDLE_DISCOUNT = 0.99  # per step that ran γ = 0 without counterfactuals: α's weight halves in ~70
+IDLE_DISCOUNT = 0.998  # per step that ran γ = 0 without counterfactuals: α's weight halves in ~350
 
 
 def expected_tokens(alpha: float, gamma: int) -> float:
@@ -78,6 +84,7 @@ class ProfilePrior:
         self.discount, self.z, self.time_tol = discount, z, time_tol
         self.profile: CostProfile | None = None
         self.acceptance: dict[str, Beta] = {}
+        self.running: str | None = None  # the drafter the workers ran last
 
     def use(self, profile: CostProfile) -> None:
         self.profile = profile
@@ -93,16 +100,17 @@ class ProfilePrior:
             for beta in self.acceptance.values():
                 beta.fade(IDLE_DISCOUNT)
             return
+        if t.drafter:
+            self.running = t.drafter
         alpha = acceptance(t)
-        if alpha is not None and t.drafter:
+        if alpha is not None and t.drafter and t.drafter not in t.counterfactual:
             self._add(t.drafter, alpha, t.accepted + t.num_drafts)  # positions judged, about
-        for name, rate in t.counterfactual.items():
-            if name != t.drafter:
-                self._add(name, float(rate), t.num_tokens)
+        for name, rate in t.counterfactual.items():  # the worker's own rate for the one that ran
+            self._add(name, float(rate), t.num_tokens)
 
     def drafter(self, name: str | None) -> str | None:
-        """The profile's name for ``name`` (None: the worker's default, its first drafter)."""
-        return self.profile.drafter(name) if self.profile is not None else None
+        """The drafter ``name`` means: the one the workers ran last for None (their default)."""
+        return name if name is not None else self.running
 
     def predict(self, batch: int, gamma: int, drafter: str | None = None) -> Interval | None:
         """Predicted latency per token per sequence at (batch, γ, drafter), or None."""
@@ -113,19 +121,20 @@ class ProfilePrior:
             step = p.target(batch, 1)
             return Interval(step, step, step, (step, step, step)).scaled(1.0, self.time_tol)
         name = self.drafter(drafter)
-        if name is None or gamma + 1 > p.rows[-1]:
+        if p.drafter(name) is None or gamma + 1 > p.rows[-1]:
             return None
-        step = p.step(batch, gamma, name)
-        beta = self.acceptance.get(name, Beta())
+        step = p.step(batch, gamma, p.drafter(name))
+        beta = self.acceptance.get(name or "", Beta())
         a_lo, a_hi = beta.bounds(self.z)
         paired = tuple(step / expected_tokens(a, gamma) for a in (a_hi, beta.mean, a_lo))
         return Interval(paired[1], paired[0], paired[2], paired).scaled(1.0, self.time_tol)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"acceptance": {n: [b.a, b.b] for n, b in self.acceptance.items()}}
+        return {"acceptance": {n: [b.a, b.b] for n, b in self.acceptance.items()}, "running": self.running}
 
     def load_state_dict(self, s: dict[str, Any]) -> None:
         self.acceptance = {str(n): Beta(float(v[0]), float(v[1])) for n, v in s["acceptance"].items()}
+        self.running = s.get("running")
 
 
 def arm_intervals(
@@ -148,5 +157,12 @@ def arm_intervals(
         guess = None if pred is None else pred.scaled(scale)
         if n >= MIN_SAMPLES and (guess is None or m + half < guess.lo or m - half > guess.hi):
             guess = Interval(m, m - half, m + half)  # no prediction, or the data contradict it
+        elif n >= MIN_SAMPLES and guess is not None and m > 0:  # both hold: combined
+            d, t = half / m, guess.rel
+            rel = t * d / math.hypot(t, d) if t > 0 and d > 0 else 0.0
+            w = t * t / (t * t + d * d) if t > 0 or d > 0 else 1.0  # the data's weight
+            mean = w * m + (1.0 - w) * guess.mean
+            paired = tuple(min(max(x, m - half), m + half) for x in guess.paired)  # within the data
+            guess = replace(Interval(mean, 0.0, 0.0, paired).scaled(1.0, rel), mean=mean)
         out.append(guess)
     return out
