@@ -207,9 +207,9 @@ class Logprobs(BaseModel):
         return len(self.token_ids)
 
     def slice(self, start: int, stop: int | None = None) -> Logprobs:
-        """Tokens ``start .. stop`` (a new object)."""
+        """Tokens ``start .. stop`` (a new object; not validated again)."""
         s = slice(start, stop)
-        return Logprobs(
+        return Logprobs.model_construct(
             token_ids=self.token_ids[s],
             tokens=self.tokens[s],
             logprobs=self.logprobs[s],
@@ -220,8 +220,10 @@ class Logprobs(BaseModel):
 
     @classmethod
     def join(cls, parts: list[Logprobs]) -> Logprobs:
-        """The parts' tokens, in order, as one object."""
-        out = cls()
+        """The parts' tokens, in order, as one object (not validated again)."""
+        out = cls.model_construct(
+            token_ids=[], tokens=[], logprobs=[], top_ids=[], top_tokens=[], top_logprobs=[]
+        )
         for p in parts:
             out.token_ids += p.token_ids
             out.tokens += p.tokens

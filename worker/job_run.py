@@ -148,6 +148,7 @@ class JobRun:
         if prompt_logprobs is not None and self._prompt_logprobs is None:
             self._prompt_logprobs = self._render(prompt_logprobs.slice(0, len(self.prompt_ids)))
         n0, r0 = len(self.output), self._text.released
+        rendered = self._render(logprobs) if self._logprobs is not None and logprobs is not None else None
         for i, token in enumerate(token_ids):
             if self.stopped:
                 break
@@ -156,8 +157,8 @@ class JobRun:
                 break
             self.output.append(token)
             self._text.push(self._detok.add(token))
-            if self._logprobs is not None and logprobs is not None:
-                self._logprobs.append(self._render(logprobs.slice(i, i + 1)))
+            if self._logprobs is not None and rendered is not None:
+                self._logprobs.append(rendered.slice(i, i + 1))
         return self._events(n0, r0)
 
     def _render(self, lp: Logprobs) -> Logprobs:

@@ -27,6 +27,10 @@ from shared.schemas import Logprobs
 FLOOR = -9999.0  # what -inf (and NaN) is reported as: vLLM's value for -inf
 
 
+# One position: (token id, its logprob, the top ids, their logprobs).
+Scored = tuple[int, float | None, list[int], list[float]]
+
+
 @dataclass
 class LogprobState:
     """One sequence's logprobs so far: of its output tokens (by output position) and, once
@@ -34,8 +38,8 @@ class LogprobState:
 
     k: int | None  # top-k of output positions; None: no output logprobs
     prompt_k: int | None  # top-k of prompt positions; None: no prompt logprobs
-    output: list[Logprobs] = field(default_factory=list)  # one single-token entry per output token
-    prompt: list[Logprobs] = field(default_factory=list)  # prompt tokens 1.. scored so far
+    output: list[Scored] = field(default_factory=list)  # one per output token
+    prompt: list[Scored] = field(default_factory=list)  # prompt tokens 1.. scored so far
     prompt_reported: bool = False
 
     def prompt_pending(self, num_prompt: int) -> bool:
@@ -43,9 +47,9 @@ class LogprobState:
         return self.prompt_k is not None and len(self.prompt) < num_prompt - 1
 
 
-def score(rows: torch.Tensor, tokens: list[int], k: int) -> list[Logprobs]:
-    """One single-token entry per row of ``rows [n, V]`` (raw logits): the log-softmax of
-    ``tokens[i]`` at row i and the top ``k`` of that row."""
+def score(rows: torch.Tensor, tokens: list[int], k: int) -> list[Scored]:
+    """One entry per row of ``rows [n, V]`` (raw logits): the log-softmax of ``tokens[i]``
+    at row i and the top ``k`` of that row."""
     if not tokens:
         return []
     # Never NaN or -inf on the wire (JSON has neither): both are reported as FLOOR.
@@ -57,10 +61,19 @@ def score(rows: torch.Tensor, tokens: list[int], k: int) -> list[Logprobs]:
         top_ids, top_lps = top.indices.tolist(), top.values.tolist()
     else:
         top_ids = top_lps = [[] for _ in tokens]
-    return [
-        Logprobs(token_ids=[t], logprobs=[c], top_ids=[i], top_logprobs=[v])
-        for t, c, i, v in zip(tokens, chosen, top_ids, top_lps, strict=True)
-    ]
+    return list(zip(tokens, chosen, top_ids, top_lps, strict=True))
+
+
+def columns(entries: list[Scored]) -> Logprobs:
+    """The entries as one Logprobs (ids and values; built unvalidated: they are ours)."""
+    return Logprobs.model_construct(
+        token_ids=[e[0] for e in entries],
+        tokens=[],
+        logprobs=[e[1] for e in entries],
+        top_ids=[e[2] for e in entries],
+        top_tokens=[],
+        top_logprobs=[e[3] for e in entries],
+    )
 
 
 def record_prompt(state: LogprobState, prompt: list[int], start: int, rows: torch.Tensor) -> None:
@@ -88,10 +101,9 @@ def take(
     prompt's the first time there is any output (None, None: none asked for)."""
     if state is None:
         return None, None
-    out = Logprobs.join(state.output[reported:upto]) if state.k is not None else None
+    out = columns(state.output[reported:upto]) if state.k is not None else None
     prompt_lp = None
     if state.prompt_k is not None and not state.prompt_reported and upto > 0:
         state.prompt_reported = True
-        first = Logprobs(token_ids=prompt[:1], logprobs=[None], top_ids=[[]], top_logprobs=[[]])
-        prompt_lp = Logprobs.join([first, *state.prompt])
+        prompt_lp = columns([(prompt[0], None, [], []), *state.prompt])
     return out, prompt_lp

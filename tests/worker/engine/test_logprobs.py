@@ -194,6 +194,6 @@ def test_scores_are_finite_numbers() -> None:
     """-inf (a masked logit) and NaN are reported as FLOOR: JSON carries neither."""
     rows = torch.tensor([[0.0, float("-inf"), 1.0], [float("nan"), 0.0, 0.0]])
     got = score(rows, [1, 0], 3)
-    assert got[0].logprobs == [FLOOR] and got[1].logprobs == [FLOOR]
-    assert all(math.isfinite(v) for g in got for v in g.top_logprobs[0])
-    assert got[0].top_ids == [[2, 0, 1]]
+    assert got[0][1] == FLOOR and got[1][1] == FLOOR
+    assert all(math.isfinite(v) for g in got for v in g[3])
+    assert got[0][2] == [2, 0, 1]
