@@ -14,6 +14,12 @@ with the same grammar, and sampled output keeps the masked target distribution.
 After verification ``accept`` consumes the tokens that stand and cuts them after the token
 that ends the grammar (EOS is allowed only where the grammar accepts); the sequence then
 finishes with "stop". A step that fails rolls the matcher back with the tokens (``sync``).
+Drafting cuts point-mass drafts (greedy sequences, the n-gram drafter) at the first the
+grammar forbids (``fitting``), so no row is spent verifying what would be rejected: exact,
+since rejecting such a draft leaves the target's token to the row where it stands (greedy:
+its masked argmax; sampled: the residual of a point mass of probability 0 there is the row
+itself). Drafts sampled from a drafter's distribution q are not cut: dropping a draft
+changes the rejection branch's residual, so they are rejected by verification instead.
 Sequences without a grammar never reach this module.
 
 ``Grammars`` compiles: the llguidance tokenizer is built from the engine's tokenizer on the
@@ -92,6 +98,10 @@ class Constraint:
         finally:
             if walked:
                 self.matcher.rollback(walked)
+
+    def fitting(self, drafts: list[int]) -> int:
+        """How many of the drafts the grammar allows in a row (the matcher is unchanged)."""
+        return int(self.matcher.validate_tokens(drafts)) if drafts else 0
 
     def accept(self, tokens: list[int]) -> int:
         """Consume the tokens that stand; how many of them do (all, or up to the one that

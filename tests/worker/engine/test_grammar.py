@@ -39,6 +39,7 @@ def test_rows_are_masked_along_the_drafts_and_the_matcher_goes_back() -> None:
     assert allowed[0] == {a} and allowed[1] == {b} and allowed[2] == {c_, d}
     assert allowed[3] == set(range(V)), "after a refused draft the rows are left as they are"
     assert c.consumed == 0 and c.allowed().nonzero().flatten().tolist() == [a]  # walked back
+    assert c.fitting([a, b, d, a]) == 3 and c.fitting([b]) == 0 and c.consumed == 0  # drafting's cut
     assert not c.allowed()[len(TOK) :].any()
 
 
