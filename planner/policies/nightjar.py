@@ -111,6 +111,7 @@ class NightjarPolicy(Policy):
         if not self.use_prior:
             return
         self.prior.use(profile)
+        self.switch.before = lambda d, tokens, batch: profile.catch_up(batch, tokens, self.prior.drafter(d))
         for i, bandit in enumerate(self.bandits):
             bandit.rechoose(self.draws, self.switch_terms(i), self.intervals(i))
 

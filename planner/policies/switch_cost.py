@@ -12,6 +12,7 @@ measured ones) and multiplies the prior. Before any measurement the prior alone 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from shared.schemas import SwitchCostEvent
@@ -37,6 +38,9 @@ class SwitchCostModel:
         self.fixed = fixed
         # drafter -> "ti,bi" -> [mean ratio, count]
         self.nodes: dict[str, dict[str, list[float]]] = {}
+        # C_switch(drafter, tokens, batch) before any measurement, where known: the startup
+        # cost profile's catch-up (nightjar sets it; not state)
+        self.before: Callable[[str | None, float, float], float | None] | None = None
 
     def prior(self, tokens: float, batch: float) -> float:
         return self.fixed + self.per_token_seq * tokens * batch
@@ -62,7 +66,8 @@ class SwitchCostModel:
             return 0.0
         nodes = self.nodes.get(drafter or POOLED) or self.nodes.get(POOLED)
         if not nodes:
-            return self.prior(tokens, batch)
+            guess = self.before(drafter, tokens, batch) if self.before is not None else None
+            return guess if guess is not None else self.prior(tokens, batch)
         default = sum(v[0] for v in nodes.values()) / len(nodes)
         ti, tf = _position(TOKEN_GRID, tokens)
         bi, bf = _position(BATCH_GRID, batch)

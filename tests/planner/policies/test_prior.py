@@ -158,3 +158,12 @@ def test_cost_model_uses_the_profile_and_probes_only_overlapping_lengths() -> No
     print(f"cost-model probes of another length over 1200 steps: with the profile {probes[True]}, "
           f"without {probes[False]}")  # fmt: skip
     assert probes[True] * 4 <= probes[False]
+
+
+def test_switch_cost_starts_from_the_profiled_catch_up() -> None:
+    profile = fake_profile().model_copy(update={"catch_up_s": {"d": [1e-4, 2e-4, 4e-4, 8e-4]}})
+    pol = registry.create("nightjar", **PLAIN)
+    assert isinstance(pol, NightjarPolicy)
+    before = pol.switch.cost("d", 100, 4)
+    pol.use_profile(profile)
+    assert pol.switch.cost("d", 100, 4) == pytest.approx(100 * 2e-4) != pytest.approx(before)
