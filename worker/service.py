@@ -14,6 +14,7 @@ Redis outage; ``request_stop`` drains: no new jobs, running ones finish within
 from __future__ import annotations
 
 import logging
+import time
 from functools import partial
 from pathlib import Path
 from typing import cast
@@ -31,7 +32,7 @@ from shared.streams import Entry, entries, last_id
 from worker.admission import Admission
 from worker.cost_profile import CostProfiler
 from worker.decisions import DecisionFollower
-from worker.engine.api import Engine, RequestOutput, StepStats
+from worker.engine.api import Engine, RequestOutput, StepResult, StepStats
 from worker.engine_factory import create_engine
 from worker.intake import JobIntake, guess_job_id
 from worker.job_run import JobRun
@@ -45,6 +46,9 @@ from worker.settings import WorkerSettings
 from worker.telemetry import TelemetryPublisher
 
 log = logging.getLogger(__name__)
+
+INLINE_STEP_S = 0.02  # a step after one shorter than this runs on the event loop (see _step)
+INLINE_PREFILL_TOKENS = 256  # ... unless more prompt tokens than this came since
 
 
 class WorkerService:
@@ -89,6 +93,8 @@ class WorkerService:
         self._work = Signal()  # the engine got something to do
         self._stop = anyio.Event()
         self._draining = False
+        self._short = False  # the last step was short enough to run the next one inline
+        self._prefill = 0  # prompt tokens added since the last step
 
     @property
     def worker_id(self) -> str:
@@ -200,6 +206,7 @@ class WorkerService:
             )
         while (run.alone and len(self.running) > 1) or any(o.alone for o in self.running if o is not run):
             await self.running.ended.wait()
+        self._prefill += len(run.prompt_ids) + run.resume.tokens  # what the next steps prefill
         self.engine.add_request(run.engine_request())
         if await retry_redis("cancel check", lambda: self.admission.cancelled(run.job_id)):
             self.engine.abort_request(run.job_id)
@@ -303,10 +310,26 @@ class WorkerService:
                         continue
                     await self.outbox.put(StepOutput([], StepStats()))  # idle heartbeat
                     continue
-            result = await anyio.to_thread.run_sync(self.engine.step)
+            result = await self._step()
             self.metrics.observe_step(result.stats, self.decisions.version, self.decisions.fallback)
             self.profiler.note(result.stats)
             await self.outbox.put(StepOutput(self._writes(result.outputs), result.stats))
+
+    async def _step(self) -> StepResult:
+        """One engine step. A short one runs right here on the event loop: in a thread it
+        would cost more than it blocks the loop (the loop and the engine thread fight for the
+        interpreter, on one core, and every step is two thread hand-offs); the outbox sends
+        the last step's write just before. The step after a long one, or after jobs with more
+        than ``INLINE_PREFILL_TOKENS`` prompt tokens to prefill came, runs in a thread, so
+        the other loops (leases, cancels, intake) never wait long."""
+        inline = self._short and self._prefill <= INLINE_PREFILL_TOKENS
+        self._prefill = 0
+        if inline:
+            await anyio.lowlevel.checkpoint()  # the outbox's writer sends what it holds
+        t0 = time.perf_counter()
+        result = self.engine.step() if inline else await anyio.to_thread.run_sync(self.engine.step)
+        self._short = time.perf_counter() - t0 < INLINE_STEP_S
+        return result
 
     def _writes(self, outputs: list[RequestOutput]) -> list[JobWrite]:
         """The step's new tokens as each job's events, and the final event of jobs that ended."""
