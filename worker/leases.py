@@ -19,6 +19,7 @@ from redis.asyncio.client import Pipeline
 
 from shared import codec, jobs, keys
 from shared.schemas import ErrorEvent, FinishEvent, JobEvent
+from shared.streams import id_str
 
 # KEYS: job hash, cancel flag. ARGV: result TTL (s), worker id. Returns {lease, attempts}
 # with the new lease, or {0, 0} when the job already ended (a result is written), or {-1, 0}
@@ -35,41 +36,46 @@ return {lease, attempts}
 """
 
 # KEYS: the jobs stream, then per job its hash and events stream. ARGV: TTL, worker id,
-# group, n jobs, then per job: lease, entry id to ack ('' = not final), status ('' = not
-# final), result ('' = none), write number (0 = none; a write at or below the hash's
-# ``wseq`` was applied already and is skipped, so a retry after a lost reply repeats
-# nothing), n events, the events. One call writes a whole batch (a script
-# call costs the embedded store ~1 ms, whatever it does). Returns per job 1, or 0 (lost:
-# nothing written for it).
+# group, n jobs, then two per job: a header ``lease seq ack status n len1 .. lenN`` (words:
+# the write number — a write at or below the hash's ``wseq`` was applied already and is
+# skipped, so a retry after a lost reply repeats nothing; 0 = none —, the entry id to ack
+# and the final status, ``-`` when not final, then the n events' byte lengths) and the n
+# events' bytes one after the other. A final write's last event is the final one, and the
+# job's result. One call writes a whole batch (a script call costs the embedded store ~1 ms,
+# whatever it does), in two arguments a job (packing each argument costs the client too).
+# Returns per job 1, or 0 (lost: nothing written for it).
 _WRITE = """
 local ttl, worker, group = ARGV[1], ARGV[2], ARGV[3]
 local out = {}
-local a = 5
 for j = 1, tonumber(ARGV[4]) do
   local hash, events = KEYS[2 * j], KEYS[2 * j + 1]
-  local lease, ack, status, result = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-  local seq = tonumber(ARGV[a + 4])
-  local first = a + 6
-  local last = first + tonumber(ARGV[a + 5]) - 1
-  a = last + 1
+  local h = {}
+  for word in string.gmatch(ARGV[3 + 2 * j], '%S+') do h[#h + 1] = word end
+  local blob = ARGV[4 + 2 * j]
+  local lease, seq, ack, status, n = h[1], tonumber(h[2]), h[3], h[4], tonumber(h[5])
   if redis.call('HGET', hash, 'lease') ~= lease then
     out[j] = 0
   elseif seq > 0 and tonumber(redis.call('HGET', hash, 'wseq') or '0') >= seq then
     out[j] = 1  -- applied already: a retry after a reply lost with the connection
   else
     if seq > 0 then redis.call('HSET', hash, 'wseq', seq) end
-    for i = first, last do redis.call('XADD', events, '*', 'm', ARGV[i]) end
+    local pos, ev = 1, ''
+    for i = 1, n do
+      local len = tonumber(h[5 + i])
+      ev = string.sub(blob, pos, pos + len - 1)
+      pos = pos + len
+      redis.call('XADD', events, '*', 'm', ev)
+    end
     -- The TTL is set once and renewed with the result: every write wakes every blocked
     -- client of the embedded store, so a step makes as few as it can.
-    if last >= first and (status ~= '' or redis.call('TTL', events) < 0) then
+    if n > 0 and (status ~= '-' or redis.call('TTL', events) < 0) then
       redis.call('EXPIRE', events, ttl)
     end
-    if status ~= '' then
-      redis.call('HSET', hash, 'status', status, 'worker', worker)
-      if result ~= '' then redis.call('HSET', hash, 'result', result) end
+    if status ~= '-' then
+      redis.call('HSET', hash, 'status', status, 'worker', worker, 'result', ev)
       redis.call('EXPIRE', hash, ttl)
     end
-    if ack ~= '' then
+    if ack ~= '-' then
       redis.call('XACK', KEYS[1], group, ack)
       redis.call('XDEL', KEYS[1], ack)
     end
@@ -189,8 +195,11 @@ class Leases:
         return bool(got)
 
     def _write_args(self, w: JobWrite) -> list[bytes | str | int]:
-        events = list(w.events) + ([w.final] if w.final is not None else [])
-        status = jobs.terminal_status(w.final).value if w.final is not None else ""
-        result = codec.encode(w.final) if w.final is not None else b""
-        ack = w.entry_id if w.final is not None else b""
-        return [w.lease, ack, status, result, w.seq, len(events), *(codec.encode(ev) for ev in events)]
+        events = [codec.encode(ev) for ev in w.events]
+        if w.final is not None:
+            events.append(codec.encode(w.final))  # also the result
+            ack, status = id_str(w.entry_id), jobs.terminal_status(w.final).value
+        else:
+            ack = status = "-"
+        header = f"{w.lease} {w.seq} {ack} {status} {len(events)} " + " ".join(str(len(e)) for e in events)
+        return [header, b"".join(events)]
