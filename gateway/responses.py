@@ -28,7 +28,8 @@ def usage(
 class ResponseBuilder:
     """Builds the response or the stream chunks of one request (text or chat), whose
     choices are jobs ``0 .. choices-1``; ``prompt_of[i]`` is choice i's prompt, ``echo[i]``
-    the prompt text echoed before its completion (completions with ``echo``). Logprobs are
+    the prompt text echoed before its completion (completions with ``echo``; None for a
+    token-id prompt: its tokens' texts from its prompt logprobs, joined). Logprobs are
     shown where the jobs' events carry them (gateway/logprobs.py); ``prompt_logprobs``: the
     echoed prompts' come from the workers, so a stream's echo chunk waits for them;
     ``echo_only`` (``max_tokens: 0`` with ``echo``): the choice is its prompt alone."""
@@ -42,7 +43,7 @@ class ResponseBuilder:
         *,
         continuous_usage: bool = False,
         prompt_of: Sequence[int] | None = None,
-        echo: Sequence[str] | None = None,
+        echo: Sequence[str | None] | None = None,
         prompt_logprobs: bool = False,
         echo_only: bool = False,
         tools: ToolOutput | None = None,
@@ -77,8 +78,12 @@ class ResponseBuilder:
             "choices": choices,
         }
 
-    def _echoed(self, index: int, text: str) -> str:
-        return (self.echo[index] if index < len(self.echo) else "") + text
+    def _echo_text(self, index: int, prompt: Logprobs | None) -> str:
+        """Choice ``index``'s echoed prompt: its text, or a token-id prompt's tokens' texts."""
+        given = self.echo[index] if index < len(self.echo) else ""
+        if given is not None:
+            return given
+        return "".join(prompt.tokens) if prompt is not None else ""
 
     def full(self, finals: FinishEvent | Sequence[FinishEvent]) -> dict[str, Any]:
         items = self._views(finals)
@@ -96,7 +101,7 @@ class ResponseBuilder:
             elif self.chat:
                 choice["message"] = {"role": "assistant", "content": final.text}
             else:
-                choice["text"] = self._echoed(i, final.text)
+                choice["text"] = self._echo_text(i, final.prompt_logprobs) + final.text
             choices.append(choice)
         body = self._envelope("chat.completion" if self.chat else "text_completion", choices)
         body["usage"] = usage(items, self.prompt_of)
@@ -153,9 +158,10 @@ class ResponseBuilder:
     def echo_chunk(self, index: int) -> dict[str, Any] | None:
         """The echoed prompt of a choice, as its first chunk (completions with echo); None
         too while it waits for its prompt's logprobs (``token_chunks`` sends it then)."""
-        if index >= len(self.echo) or not self.echo[index] or self.prompt_logprobs:
+        text = self.echo[index] if index < len(self.echo) else None
+        if not text or self.prompt_logprobs:
             return None
-        return self.chunk(self.echo[index], None, index)
+        return self.chunk(text, None, index)
 
     def usage_chunk(self, finals: FinishEvent | Sequence[FinishEvent]) -> dict[str, Any]:
         body = self._envelope(self.kind, [])
@@ -197,7 +203,7 @@ class ResponseBuilder:
         if not (self.prompt_logprobs and self._echoes(index)) or index in self._echo_sent:
             return []
         self._echo_sent.add(index)
-        return [self.chunk(self.echo[index], None, index, self._render(index, prompt))]
+        return [self.chunk(self._echo_text(index, prompt), None, index, self._render(index, prompt))]
 
     def token_chunks(self, index: int, ev: TokenEvent) -> list[dict[str, Any]]:
         """The chunks of a token event: its text and logprobs (none while both are empty),

@@ -49,9 +49,11 @@ async def completions(
 ) -> Response:
     body.check_supported()
     prompts = body.prompt_inputs()
-    if body.echo and any("prompt" not in p for p in prompts):
-        raise APIError.of(
-            ErrorCode.BAD_REQUEST, "echo needs text prompts (this gateway has no tokenizer)", param="echo"
+    if body.echo and body.logprobs is None and any("prompt" not in p for p in prompts):
+        raise APIError.of(  # a token-id prompt's echo is its tokens' texts from its prompt logprobs
+            ErrorCode.BAD_REQUEST,
+            "echo of token-id prompts needs logprobs (this gateway has no tokenizer)",
+            param="echo",
         )
     explicit = body.max_tokens is not None
     return await _serve(
@@ -173,7 +175,7 @@ async def _serve(
         prompt_logprobs=echo and body.logprobs_k() is not None,
         echo_only=isinstance(body, CompletionRequest) and body.echo_only,
         prompt_of=[i // body.n for i in range(count)],
-        echo=[str(p.get("prompt", "")) for p in prompts for _ in range(body.n)] if echo else None,
+        echo=[p.get("prompt") for p in prompts for _ in range(body.n)] if echo else None,
         tools=body.tool_output(base) if isinstance(body, ChatRequest) else None,
     )
     if count > 1:
