@@ -36,7 +36,7 @@ from worker.engine.grammar import Grammars
 from worker.engine.inbox import Abort, AddRequest, ApplyDecision, Inbox, Resize
 from worker.engine.kv_cache import bytes_per_block
 from worker.engine.logits_cache import LogitsCache
-from worker.engine.logprobs import record_output, record_prompt, take
+from worker.engine.logprobs import record_output, record_prompt, score_pending, take
 from worker.engine.model_runner import ForwardItem, ModelRunner
 from worker.engine.records import Candidate, Drafted, StepWork, Verified
 from worker.engine.scheduler import Scheduled, Scheduler
@@ -323,6 +323,7 @@ class LLMEngine(Engine):
                 del self._seqs[seq.request_id]
                 self.scheduler.remove(seq)
                 self.spec.free(seq.request_id)
+        score_pending([seq.logprobs for seq in touched if seq.logprobs is not None])  # one batch
         return [self._output(seq) for seq in dict.fromkeys(touched)]
 
     def _output(self, seq: Sequence) -> RequestOutput:

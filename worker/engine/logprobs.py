@@ -41,6 +41,8 @@ class LogprobState:
     output: list[Scored] = field(default_factory=list)  # one per output token
     prompt: list[Scored] = field(default_factory=list)  # prompt tokens 1.. scored so far
     prompt_reported: bool = False
+    # This step's output rows (output position, rows, tokens), for score_pending.
+    pending: list[tuple[int, torch.Tensor, list[int]]] = field(default_factory=list)
 
     def prompt_pending(self, num_prompt: int) -> bool:
         """Prompt logprobs are asked for and not complete yet."""
@@ -91,7 +93,26 @@ def record_output(state: LogprobState | None, position: int, rows: torch.Tensor,
     if state is None or state.k is None:
         return
     del state.output[position:]
-    state.output += score(rows, tokens, state.k)
+    state.pending = [p for p in state.pending if p[0] < position]
+    state.pending.append((position, rows[: len(tokens)], tokens))
+
+
+def score_pending(states: list[LogprobState]) -> None:
+    """Score the output rows every sequence recorded this step in one log-softmax and one
+    top-k over all of them (the step's rows: one device, one dtype)."""
+    unique = {id(s): s for s in states}.values()  # a sequence may be listed twice
+    work = [(s, pos, rows, tokens) for s in unique for pos, rows, tokens in s.pending]
+    if not work:
+        return
+    k = max(s.k or 0 for s, *_ in work)
+    scored = score(torch.cat([w[2] for w in work]), [t for w in work for t in w[3]], k)
+    at = 0
+    for s, pos, _, tokens in work:
+        got, at = scored[at : at + len(tokens)], at + len(tokens)
+        mine = s.k or 0
+        del s.output[pos:]
+        s.output += got if mine == k else [(t, v, ids[:mine], lps[:mine]) for t, v, ids, lps in got]
+        s.pending.clear()
 
 
 def take(

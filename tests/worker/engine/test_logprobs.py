@@ -69,9 +69,10 @@ def assert_matches_hf(hf: Any, prompt: list[int], lp: Logprobs, k: int) -> None:
     got = torch.tensor(lp.logprobs)
     want = rows.gather(1, torch.tensor(lp.token_ids).unsqueeze(1)).squeeze(1)
     assert torch.allclose(got, want, atol=TOL), (got - want).abs().max()
-    top = rows.topk(k, dim=-1)
-    assert torch.allclose(torch.tensor(lp.top_logprobs), top.values, atol=TOL)
-    assert lp.top_ids == top.indices.tolist()
+    if k:
+        top = rows.topk(k, dim=-1)
+        assert torch.allclose(torch.tensor(lp.top_logprobs), top.values, atol=TOL)
+        assert lp.top_ids == top.indices.tolist()
 
 
 def random_gamma_run(engine: Any, reqs: list[EngineRequest], drafter: str, seed: int) -> Run:
@@ -197,3 +198,22 @@ def test_scores_are_finite_numbers() -> None:
     assert got[0][1] == FLOOR and got[1][1] == FLOOR
     assert all(math.isfinite(v) for g in got for v in g[3])
     assert got[0][2] == [2, 0, 1]
+
+
+def test_one_batch_of_different_ks(llama_dir: Path) -> None:
+    """Sequences asking for different k (and none) share a step's one scoring pass: each
+    gets its own top k, the values of a plain forward."""
+    engine = load_engine(llama_dir, block_size=4, num_blocks=128)
+    ks = [None, 0, 2, 5]
+    reqs = [
+        EngineRequest(str(i), PROMPTS[i], SamplingParams(max_tokens=6, ignore_eos=True, logprobs=k))
+        for i, k in enumerate(ks)
+    ]
+    _, outputs = stepped(engine, reqs, 0)
+    got = collect(outputs)
+    assert "0" not in got
+    hf = hf_model(llama_dir)
+    for i, k in enumerate(ks[1:], start=1):
+        lp = got[str(i)]
+        assert len(lp) == 6 and all(len(t) == k for t in lp.top_ids)
+        assert_matches_hf(hf, PROMPTS[i], lp, k)
