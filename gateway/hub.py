@@ -100,6 +100,7 @@ class EventHub:
         self.id = uuid.uuid4().hex[:12]
         self._subs: dict[str, set[Subscription]] = {}  # model -> subscriptions
         self._running: set[str] = set()  # models whose reader task runs
+        self._woken: set[str] = set()  # models whose reader was woken and has not started over yet
         self._tasks: set[asyncio.Task[None]] = set()
 
     def subscribe(self, model: str, stream: str) -> Subscription:
@@ -110,12 +111,19 @@ class EventHub:
         if sub.model not in self._running:
             self._running.add(sub.model)
             self._spawn(sub.model)
-        else:  # the blocked read must start over with this stream in it
+        elif sub.model not in self._woken:  # the blocked read must start over with this stream
+            # One wake until the reader starts over: the followers that come meanwhile (a
+            # burst of requests) are in its next read too.
+            self._woken.add(sub.model)
             wake = keys.gateway_wake(sub.model, self.id)
-            async with self.r.pipeline(transaction=False) as pipe:
-                pipe.xadd(wake, {b"w": b"1"}, maxlen=WAKE_MAXLEN, approximate=True)
-                pipe.expire(wake, WAKE_TTL_S)
-                await pipe.execute()
+            try:
+                async with self.r.pipeline(transaction=False) as pipe:
+                    pipe.xadd(wake, {b"w": b"1"}, maxlen=WAKE_MAXLEN, approximate=True)
+                    pipe.expire(wake, WAKE_TTL_S)
+                    await pipe.execute()
+            except BaseException:
+                self._woken.discard(sub.model)  # not woken: the next follower tries again
+                raise
 
     def unfollow(self, sub: Subscription) -> None:
         subs = self._subs.get(sub.model)
@@ -141,6 +149,7 @@ class EventHub:
             if not self._subs.get(model):
                 return  # (no await since the check: a new follower finds no loop and starts one)
             subs = list(self._subs[model])
+            self._woken.discard(model)  # this read includes every follower so far
             cursors: dict[Any, Any] = {}
             for s in subs:
                 cur = cursors.get(s.stream)

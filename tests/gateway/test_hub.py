@@ -60,3 +60,38 @@ async def test_a_reader_gets_only_what_follows_its_cursor_and_a_last_look_does_n
         assert [f[b"m"] for _, f in got] == [b"b"]
         assert await sub.read(got[-1][0].decode(), None) == []
     sub.close()
+
+
+async def test_a_burst_of_new_followers_wakes_the_blocked_read_once_not_once_each(r: aioredis.Redis) -> None:
+    hub = EventHub(r)
+    streams = [keys.job_events(M, f"b{i}") for i in range(11)]
+    subs = [hub.subscribe(M, s) for s in streams]
+    reads = 0
+    real = r.xread
+
+    async def counting(*args: object, **kwargs: object) -> object:
+        nonlocal reads
+        reads += 1
+        return await real(*args, **kwargs)  # type: ignore[arg-type]
+
+    r.xread = counting  # type: ignore[method-assign]
+    got: dict[int, list[bytes]] = {}
+
+    async def follow(i: int) -> None:
+        got[i] = [f[b"m"] for _, f in await subs[i].read("0-0", 5000)]
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follow, 0)
+            while reads < 1:  # until the hub's read is out, blocked on the first stream
+                await anyio.sleep(0.01)
+            for i in range(1, 11):  # ten requests at once
+                tg.start_soon(follow, i)
+            while len(hub._subs[M]) < 11:
+                await anyio.sleep(0.01)
+            for i, s in enumerate(streams):
+                await r.xadd(s, {b"m": b"%d" % i})
+    assert got == {i: [b"%d" % i] for i in range(11)}
+    assert await r.xlen(keys.gateway_wake(M, hub.id)) < 5  # not one wake per new follower
+    for s in subs:
+        s.close()
