@@ -17,9 +17,10 @@ A step counts only when its decoding batch is exactly the batch measured and not
 ran in it (no prefill, no catch-up). The pass goes over every batch size ``reps`` times,
 one step per point each time, and keeps the fastest (on a shared machine the noise is other
 processes' bursts, which only ever add time); so when the budget (``budget_s``) runs out in
-a later round the profile still covers every batch size. Each round takes the smallest and
-largest batch sizes first, then midpoints (``spread``): a first round cut short still spans
-the range, with fewer points inside (None if not even batch 1 was done).
+a later round the profile still covers every batch size; a first round cut short keeps the
+batch sizes it finished, smallest first (None if not even batch 1 was done). Taking the
+largest first was tried: under heavy load it spent the whole budget on a batch it could not
+finish.
 Every synthetic request is aborted before it returns.
 
 Run again while serving (``Remeasure``, after an elastic-memory move changed the KV pool),
@@ -227,21 +228,6 @@ def batch_sizes(engine: Engine, s: ProfileSettings, drafters: int) -> list[int]:
     return sizes
 
 
-def spread(sizes: list[int]) -> list[int]:
-    """``sizes`` in the order that covers their range soonest: both ends, then midpoints
-    (1, 32, 4, 2, 8, 16 for 1..32), so a budget cut short still spans the range."""
-    if len(sizes) <= 2:
-        return list(sizes)
-    order, spans = [sizes[0], sizes[-1]], [(0, len(sizes) - 1)]
-    while spans:
-        lo, hi = spans.pop(0)
-        if hi - lo > 1:
-            mid = (lo + hi) // 2
-            order.append(sizes[mid])
-            spans += [(lo, mid), (mid, hi)]
-    return order
-
-
 def _vocab_size(engine: Engine) -> int:
     config = getattr(getattr(engine, "runner", None), "config", None)
     return max(int(getattr(config, "vocab_size", 0) or 0), 16)
@@ -273,7 +259,7 @@ def profile_engine(
     names = [] if offloaded else list(getattr(engine, "drafter_names", []))
     run = _Pass(engine, settings, t0 + settings.budget_s, names)
     done: dict[int, BatchCosts] = {}
-    sizes = spread(batch_sizes(engine, settings, len(names)))
+    sizes = batch_sizes(engine, settings, len(names))
     try:
         for rnd, batch in ((r, b) for r in range(settings.reps) for b in sizes):
             ids = [f"{PROFILE_ID}{rnd}-{batch}-{i}" for i in range(batch)]

@@ -12,7 +12,7 @@ from shared.schemas import SamplingParams
 from tests.tiny_models import build_llama, reference_greedy
 from worker.engine.api import Engine, EngineRequest, StepResult
 from worker.engine_factory import create_engine
-from worker.profiling import PROFILE_ID, Interrupted, ProfileSettings, profile_engine, spread
+from worker.profiling import PROFILE_ID, Interrupted, ProfileSettings, profile_engine
 
 FAST = ProfileSettings(max_batch=4, reps=2)
 
@@ -108,8 +108,3 @@ def test_a_real_request_interrupts_and_loses_nothing(spec_engine: Engine, model_
             break
     assert done and tokens == reference_greedy(model_dir, prompt, 6, ignore_eos=True)
 
-
-def test_batch_sizes_are_taken_ends_first() -> None:
-    assert spread([1, 2, 4, 8, 16, 32]) == [1, 32, 4, 2, 8, 16]
-    assert spread([1, 2]) == [1, 2] and spread([1]) == [1]
-    assert sorted(spread([1, 2, 4, 8, 16, 32, 64])) == [1, 2, 4, 8, 16, 32, 64]
