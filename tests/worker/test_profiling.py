@@ -107,4 +107,3 @@ def test_a_real_request_interrupts_and_loses_nothing(spec_engine: Engine, model_
         if done:
             break
     assert done and tokens == reference_greedy(model_dir, prompt, 6, ignore_eos=True)
-
