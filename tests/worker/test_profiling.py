@@ -8,7 +8,7 @@ from typing import Any, cast
 import pytest
 
 from shared.profile import CostProfile
-from shared.schemas import SamplingParams
+from shared.schemas import Decision, SamplingParams
 from tests.tiny_models import build_llama, reference_greedy
 from worker.engine.api import Engine, EngineRequest, StepResult
 from worker.engine_factory import create_engine
@@ -107,3 +107,22 @@ def test_a_real_request_interrupts_and_loses_nothing(spec_engine: Engine, model_
         if done:
             break
     assert done and tokens == reference_greedy(model_dir, prompt, 6, ignore_eos=True)
+
+
+def test_offloaded_engine_is_measured_at_gamma_zero_and_stays_offloaded(spec_engine: Engine) -> None:
+    spec_engine.apply_decision(Decision(version=1, policy="test", offload=True))
+    stats = spec_engine.step().stats
+    for _ in range(200):  # the weights move in the background
+        if not stats.draft_resident:
+            break
+        stats = spec_engine.step().stats
+    assert not stats.draft_resident
+    profile = profile_engine(
+        spec_engine,
+        "tiny",
+        FAST,
+        offloaded=True,
+        restore=lambda: Decision(version=1, policy="test", offload=True),
+    )
+    assert profile is not None and profile.rows == [1] and profile.drafter_s == {}
+    assert not spec_engine.step().stats.draft_resident
