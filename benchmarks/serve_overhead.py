@@ -20,7 +20,8 @@ concurrency N it is output tokens per second. The ratios are served ÷ engine, s
 Beside the wall-clock ratios it prints the CPU time the worker's core spent per output token
 (all threads of the worker process, or of ``nightjar up``; the engine's thread for the engine
 row) — what serving adds on that core, whatever else the machine runs — and the CPU the other
-services spent per request. The load average is printed at the start and at the end.
+services (gateway, planner, Redis: the other core's share) and this client spent per request.
+The load average is printed at the start and at the end.
 
     python -m benchmarks.serve_overhead --model models/nj-target --redis-url redis://127.0.0.1:6379/3
 """
@@ -64,6 +65,7 @@ class Samples:
     walls_cn: list[float] = field(default_factory=list)  # one per round of N requests
     cpu_s_cn: list[float] = field(default_factory=list)  # worker-core CPU seconds per round of N
     other_cpu_s_cn: list[float] = field(default_factory=list)  # the other services' CPU per round
+    client_cpu_s_cn: list[float] = field(default_factory=list)  # this client's CPU per round
 
 
 @dataclass
@@ -72,6 +74,7 @@ class Figures:
     tokens_per_s_cn: float  # at concurrency N (N × tokens ÷ the median round)
     cpu_ms_per_token_cn: float  # worker-core CPU per output token at concurrency N
     other_cpu_ms_per_request_cn: float  # CPU of the gateway, planner and Redis per request
+    client_cpu_ms_per_request_cn: float  # CPU of this client (httpx) per request
 
 
 def _cpus(spec: str) -> set[int]:
@@ -138,6 +141,7 @@ class EngineRow:
         samples.walls_cn.append(wall)
         samples.cpu_s_cn.append(cpu)
         samples.other_cpu_s_cn.append(0.0)
+        samples.client_cpu_s_cn.append(0.0)
 
 
 class ServedRow:
@@ -168,6 +172,7 @@ class ServedRow:
             samples.ms_per_token_c1.append(await self.one(i) / self.tokens * 1000)
         c0 = sum(process_cpu_s(p) for p in self.worker_pids)
         o0 = sum(process_cpu_s(p) for p in self.other_pids)
+        k0 = time.process_time()
         t0 = time.perf_counter()
         async with anyio.create_task_group() as tg:
             for i in range(concurrency):
@@ -175,6 +180,7 @@ class ServedRow:
         samples.walls_cn.append(time.perf_counter() - t0)
         samples.cpu_s_cn.append(sum(process_cpu_s(p) for p in self.worker_pids) - c0)
         samples.other_cpu_s_cn.append(sum(process_cpu_s(p) for p in self.other_pids) - o0)
+        samples.client_cpu_s_cn.append(time.process_time() - k0)
 
 
 @asynccontextmanager
@@ -238,6 +244,7 @@ def figures(s: Samples, tokens: int, concurrency: int) -> Figures:
         per_request / statistics.median(s.walls_cn),
         statistics.median(s.cpu_s_cn) / per_request * 1000,
         statistics.median(s.other_cpu_s_cn) / concurrency * 1000,
+        statistics.median(s.client_cpu_s_cn) / concurrency * 1000,
     )
 
 
@@ -292,15 +299,15 @@ def main(argv: list[str] | None = None) -> int:
     n = args.concurrency
     print(
         f"| run | ms/token c=1 | ÷ engine | tokens/s c={n} | ÷ engine | worker-core CPU ms/token c={n} "
-        f"| ÷ engine | other CPU ms/request c={n} |"
+        f"| ÷ engine | other CPU ms/request c={n} | client CPU ms/request c={n} |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, f in rows.items():
         print(
             f"| {name} | {f.ms_per_token_c1:.2f} | {f.ms_per_token_c1 / base.ms_per_token_c1:.2f} "
             f"| {f.tokens_per_s_cn:.0f} | {f.tokens_per_s_cn / base.tokens_per_s_cn:.2f} "
             f"| {f.cpu_ms_per_token_cn:.3f} | {f.cpu_ms_per_token_cn / base.cpu_ms_per_token_cn:.2f} "
-            f"| {f.other_cpu_ms_per_request_cn:.2f} |"
+            f"| {f.other_cpu_ms_per_request_cn:.2f} | {f.client_cpu_ms_per_request_cn:.2f} |"
         )
     if args.json:
         Path(args.json).write_text(json.dumps({k: vars(v) for k, v in rows.items()}, indent=2))

@@ -95,6 +95,7 @@ class WorkerService:
         self._draining = False
         self._short = False  # the last step was short enough to run the next one inline
         self._prefill = 0  # prompt tokens added since the last step
+        self._taking = 0  # entries being admitted (their Redis round trips need the loop)
 
     @property
     def worker_id(self) -> str:
@@ -172,6 +173,13 @@ class WorkerService:
         await self._take_all(got)
 
     async def _take_all(self, got: list[Entry]) -> None:
+        self._taking += 1  # meanwhile the engine steps in a thread: admission needs the loop
+        try:
+            await self._take_each(got)
+        finally:
+            self._taking -= 1
+
+    async def _take_each(self, got: list[Entry]) -> None:
         for entry_id, fields in got:
             if guess_job_id(fields) in self.running:  # our own running job, claimed back
                 continue
@@ -320,9 +328,10 @@ class WorkerService:
         would cost more than it blocks the loop (the loop and the engine thread fight for the
         interpreter, on one core, and every step is two thread hand-offs); the outbox sends
         the last step's write just before. The step after a long one, or after jobs with more
-        than ``INLINE_PREFILL_TOKENS`` prompt tokens to prefill came, runs in a thread, so
-        the other loops (leases, cancels, intake) never wait long."""
-        inline = self._short and self._prefill <= INLINE_PREFILL_TOKENS
+        than ``INLINE_PREFILL_TOKENS`` prompt tokens to prefill came, or while jobs are being
+        admitted, runs in a thread, so the other loops (leases, cancels, intake) never wait
+        long and a burst of jobs joins the batch at once."""
+        inline = self._short and not self._taking and self._prefill <= INLINE_PREFILL_TOKENS
         self._prefill = 0
         if inline:
             await anyio.lowlevel.checkpoint()  # the outbox's writer sends what it holds
