@@ -7,7 +7,9 @@ own (YAML + JSONL written to a temporary directory: no data set is downloaded).
 - ``rolling``: loglikelihood_rolling (perplexity: the whole text after the BOS token), against
   the same reference;
 - ``generate_until``: greedy generations with ``until``; each must equal a plain
-  /v1/completions request for the same token ids and stop strings.
+  /v1/completions request for the same token ids and stop strings;
+- ``chat``: the same task through ``local-chat-completions`` with ``apply_chat_template``;
+  each generation must equal a plain /v1/chat/completions request for the same messages.
 
 Used by tests/compat/run_clients.py (lm-eval installed, ``--model-dir`` known).
 """
@@ -104,13 +106,31 @@ class Reference:
         return float(sum(lp[i - 1, ids[i]] for i in range(start, len(ids))))
 
 
-def _greedy(base: str, model: str, ids: list[int], stop: list[str], max_tokens: int) -> str:
-    body = {"model": model, "prompt": ids, "max_tokens": max_tokens, "temperature": 0, "stop": stop}
+def _greedy(base: str, route: str, body: dict[str, Any]) -> str:
     req = urllib.request.Request(
-        base + "/completions", json.dumps(body).encode(), {"content-type": "application/json"}
+        base + route, json.dumps(body).encode(), {"content-type": "application/json"}
     )
     with urllib.request.urlopen(req, timeout=60) as resp:
-        return str(json.load(resp)["choices"][0]["text"])
+        choice = json.load(resp)["choices"][0]
+    return str(choice["message"]["content"] if "message" in choice else choice["text"])
+
+
+def _check_generations(kind: str, lm: Any, samples: list[dict[str, Any]], base: str, model: str) -> None:
+    for s in samples:
+        context, kwargs = s["arguments"][0]
+        body = {
+            "model": model,
+            "max_tokens": kwargs["max_gen_toks"],
+            "temperature": 0,
+            "stop": kwargs["until"],
+        }
+        if kind == "chat":
+            body["messages"] = json.loads(context.prompt)  # lm-eval's JsonChatStr
+            want = _greedy(base, "/chat/completions", body)
+        else:
+            body["prompt"] = lm.tok_encode(context)
+            want = _greedy(base, "/completions", body)
+        assert s["resps"][0][0] == want, (s["resps"][0][0], want)
 
 
 def run(kind: str, base: str, model: str, model_dir: Path) -> None:
@@ -118,28 +138,35 @@ def run(kind: str, base: str, model: str, model_dir: Path) -> None:
     from lm_eval.api.registry import get_model
     from lm_eval.tasks import TaskManager
 
-    lm = get_model("local-completions")(
-        base_url=base + "/completions",
-        model=model,
-        tokenizer=str(model_dir),
-        tokenizer_backend="huggingface",
-        max_retries=1,
-        max_gen_toks=16,
-    )
+    chat = kind == "chat"
+    if chat:
+        lm = get_model("local-chat-completions")(
+            base_url=base + "/chat/completions", model=model, max_retries=1, max_gen_toks=16
+        )
+    else:
+        lm = get_model("local-completions")(
+            base_url=base + "/completions",
+            model=model,
+            tokenizer=str(model_dir),
+            tokenizer_backend="huggingface",
+            max_retries=1,
+            max_gen_toks=16,
+        )
     with tempfile.TemporaryDirectory() as tmp:
-        task = _write_task(kind, Path(tmp))
+        task = _write_task("generate_until" if chat else kind, Path(tmp))
         out = lm_eval.simple_evaluate(
-            model=lm, tasks=[task], task_manager=TaskManager(include_path=tmp), limit=LIMIT, log_samples=True
+            model=lm,
+            tasks=[task],
+            task_manager=TaskManager(include_path=tmp),
+            limit=LIMIT,
+            log_samples=True,
+            apply_chat_template=chat,
         )
     assert out is not None
     samples = out["samples"][task]
     assert len(samples) == LIMIT, len(samples)
-    if kind == "generate_until":
-        for s in samples:
-            context, kwargs = s["arguments"][0]
-            ids = lm.tok_encode(context)
-            want = _greedy(base, model, ids, kwargs["until"], kwargs["max_gen_toks"])
-            assert s["resps"][0][0] == want, (s["resps"][0][0], want)
+    if kind in ("generate_until", "chat"):
+        _check_generations(kind, lm, samples, base, model)
         return
     ref = Reference(model_dir)
     worst = 0.0
