@@ -6,16 +6,18 @@
 Run it from a separate environment that has the clients (none is in the project's venv:
 guidellm and lm-eval pull torch), with the repository on PYTHONPATH; see docs/api.md.
 
-- LangChain (``langchain-openai``): ``OpenAI.batch``, ``ChatOpenAI`` ``invoke`` and
-  ``stream``, ``with_structured_output`` (``json_schema`` and ``function_calling``),
+- LangChain (``langchain-openai``): ``OpenAI.batch``, ``ChatOpenAI`` ``invoke``, ``stream``
+  (with usage) and logprobs, ``with_structured_output`` (``json_schema`` whole and streamed,
+  ``function_calling``, ``json_mode``),
   ``bind_tools`` with a named and a required ``tool_choice`` (whole and streamed) and a
   tool-result turn;
 - LiteLLM: ``completion`` plain, streamed, with a ``response_format`` schema, with
-  ``logprobs``/``top_logprobs`` and with ``tools``;
+  ``logprobs``/``top_logprobs`` and with ``tools``; ``text_completion`` with echo + logprobs;
 - lm-eval-harness: its ``local-completions`` model on tiny tasks of its own
   (tests/compat/lm_eval_check.py): loglikelihood (echo + logprobs), rolling loglikelihood and
   ``generate_until``, the loglikelihoods against the model's own forward pass (``--model-dir``);
-- guidellm: its streaming benchmark for 10 s on synthetic data.
+- guidellm: its streaming benchmark for 10 s on synthetic data, chat (synchronous) and
+  completions (4 concurrent streams).
 
 Prints one line per check (ok / skipped / FAILED with the error) and exits 1 if any failed;
 ``--markdown`` also prints the results as the rows of docs/api.md's table.
@@ -103,7 +105,14 @@ def lc_invoke(t: Target) -> None:
 
 
 def lc_stream(t: Target) -> None:
-    assert "".join(str(c.content) for c in _chat(t).stream("hi"))
+    from langchain_openai import ChatOpenAI
+
+    chat = ChatOpenAI(base_url=t.base, api_key="unused", model=t.model, max_tokens=8, stream_usage=True)
+    acc = None
+    for chunk in chat.stream("hi"):
+        acc = chunk if acc is None else acc + chunk
+    assert acc is not None and acc.content, acc
+    assert acc.usage_metadata and acc.usage_metadata["output_tokens"] > 0, acc.usage_metadata
 
 
 def lc_logprobs(t: Target) -> None:
@@ -124,6 +133,18 @@ def lc_structured_json_schema(t: Target) -> None:
 
 def lc_structured_function_calling(t: Target) -> None:
     _lc_structured(t, "function_calling")
+
+
+def lc_structured_stream(t: Target) -> None:
+    last = None
+    for part in _chat(t, 64).with_structured_output(Pet, method="json_schema", strict=True).stream("A pet?"):
+        last = part
+    assert isinstance(last, Pet), last
+
+
+def lc_json_mode(t: Target) -> None:
+    got = _chat(t, 64).with_structured_output(None, method="json_mode").invoke("Reply in JSON.")
+    assert isinstance(got, dict), got
 
 
 def _lc_weather_call(msg: Any) -> dict[str, Any]:
@@ -190,6 +211,28 @@ def ll_logprobs(t: Target) -> None:
     content = done.choices[0].logprobs["content"]
     assert len(content) == done.usage.completion_tokens, (len(content), done.usage)
     assert all(len(c["top_logprobs"]) == 2 and c["logprob"] <= 0 for c in content), content
+
+
+def ll_text_completion(t: Target) -> None:
+    import litellm
+
+    prompt = "Once upon a time"
+    done = litellm.text_completion(
+        model=f"text-completion-openai/{t.model}",
+        api_base=t.base,
+        api_key="unused",
+        prompt=prompt,
+        max_tokens=8,
+        temperature=0,
+        logprobs=2,
+        echo=True,
+    )
+    choice, usage = done.choices[0], done.usage
+    assert choice.text.startswith(prompt), choice.text
+    lp = choice.logprobs
+    assert len(lp.tokens) == usage.prompt_tokens + usage.completion_tokens and lp.token_logprobs[0] is None, (
+        lp
+    )
 
 
 def ll_tools(t: Target) -> None:
@@ -261,10 +304,12 @@ CLIENTS = [
         {
             "OpenAI.batch": lc_batch,
             "ChatOpenAI.invoke": lc_invoke,
-            "ChatOpenAI.stream": lc_stream,
+            "ChatOpenAI.stream (stream_usage)": lc_stream,
             "ChatOpenAI logprobs + top_logprobs": lc_logprobs,
             "with_structured_output(json_schema)": lc_structured_json_schema,
             "with_structured_output(function_calling)": lc_structured_function_calling,
+            "with_structured_output(json_schema) streamed": lc_structured_stream,
+            "with_structured_output(json_mode)": lc_json_mode,
             "bind_tools, tool_choice named": lc_tools_named,
             "bind_tools, tool_choice any (required), one call, streamed": lc_tools_required_stream,
             "tool result turn (ToolMessage)": lc_tool_result_turn,
@@ -279,6 +324,7 @@ CLIENTS = [
             "completion response_format (pydantic)": ll_response_format,
             "completion logprobs + top_logprobs": ll_logprobs,
             "completion tools, tool_choice required, one call": ll_tools,
+            "text_completion echo + logprobs": ll_text_completion,
         },
     ),
     Client(
