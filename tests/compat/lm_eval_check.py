@@ -149,6 +149,7 @@ def run(kind: str, base: str, model: str, model_dir: Path) -> None:
             model=model,
             tokenizer=str(model_dir),
             tokenizer_backend="huggingface",
+            batch_size=4,  # a list of token-id prompts per request, as `--batch_size 4`
             max_retries=1,
             max_gen_toks=16,
         )

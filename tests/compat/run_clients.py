@@ -97,6 +97,7 @@ def lc_batch(t: Target) -> None:
     llm = OpenAI(base_url=t.base, api_key="unused", model=t.model, max_tokens=8, temperature=0)
     outs = llm.batch(["Once upon a time", "Redis streams"])
     assert len(outs) == 2 and all(isinstance(o, str) and o for o in outs), outs
+    assert "".join(llm.stream("Once upon a time")) == outs[0]  # greedy: the same text streamed
 
 
 def lc_invoke(t: Target) -> None:
@@ -302,7 +303,7 @@ CLIENTS = [
         "langchain-openai",
         _has("langchain_openai"),
         {
-            "OpenAI.batch": lc_batch,
+            "OpenAI.batch, OpenAI.stream": lc_batch,
             "ChatOpenAI.invoke": lc_invoke,
             "ChatOpenAI.stream (stream_usage)": lc_stream,
             "ChatOpenAI logprobs + top_logprobs": lc_logprobs,
