@@ -213,7 +213,7 @@ def test_one_batch_of_different_ks(llama_dir: Path) -> None:
     got = collect(outputs)
     assert "0" not in got
     hf = hf_model(llama_dir)
-    for i, k in enumerate(ks[1:], start=1):
+    for i, k in enumerate([0, 2, 5], start=1):
         lp = got[str(i)]
         assert len(lp) == 6 and all(len(t) == k for t in lp.top_ids)
         assert_matches_hf(hf, PROMPTS[i], lp, k)
