@@ -217,3 +217,29 @@ def test_one_batch_of_different_ks(llama_dir: Path) -> None:
         lp = got[str(i)]
         assert len(lp) == 6 and all(len(t) == k for t in lp.top_ids)
         assert_matches_hf(hf, PROMPTS[i], lp, k)
+
+
+def test_only_asking_sequences_get_extra_rows(llama_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The prefill of a request without prompt logprobs (none at all, or the output's) asks
+    the forward for its last row only; a prompt-logprobs request's for every row."""
+    engine = load_engine(llama_dir, block_size=4, num_blocks=128)
+    seen: dict[int, list[int]] = {}  # prompt length -> rows asked per forward item
+    run = engine.runner.run
+
+    def counted(items: Any) -> Any:
+        for item in items:
+            if item.start == 0:
+                seen.setdefault(len(item.token_ids), []).append(item.num_logits)
+        return run(items)
+
+    monkeypatch.setattr(engine.runner, "run", counted)
+    plain, output, asks = PROMPTS[3][:7], PROMPTS[1][:9], PROMPTS[2][:13]
+    drive(
+        engine,
+        [
+            EngineRequest("plain", plain, SamplingParams(max_tokens=2)),
+            EngineRequest("output", output, SamplingParams(max_tokens=2, logprobs=3)),
+            EngineRequest("asks", asks, SamplingParams(max_tokens=2, prompt_logprobs=0)),
+        ],
+    )
+    assert seen == {len(plain): [1], len(output): [1], len(asks): [len(asks)]}
