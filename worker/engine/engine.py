@@ -32,13 +32,14 @@ from shared.schemas import Decision, MemoryEvent
 from worker.engine.api import Engine, EngineRequest, RequestOutput, StepResult, StepStats
 from worker.engine.block_manager import BlockManager
 from worker.engine.config import EngineConfig
+from worker.engine.forward import TargetForward
 from worker.engine.grammar import Grammars
 from worker.engine.inbox import Abort, AddRequest, ApplyDecision, Inbox, Resize
 from worker.engine.kv_cache import bytes_per_block
 from worker.engine.logits_cache import LogitsCache
-from worker.engine.logprobs import record_output, record_prompt, score_pending, take
-from worker.engine.model_runner import ForwardItem, ModelRunner
-from worker.engine.records import Candidate, Drafted, StepWork, Verified
+from worker.engine.logprobs import record_output, score_pending, take
+from worker.engine.model_runner import ModelRunner
+from worker.engine.records import StepWork, Verified
 from worker.engine.scheduler import Scheduled, Scheduler
 from worker.engine.sequence import Sequence
 from worker.engine.spec.drafter import Drafter
@@ -76,6 +77,7 @@ class LLMEngine(Engine):
         block_bytes = bytes_per_block(runner.config, config.block_size, runner.dtype)
         self.memory = ElasticMemory(pool.models if pool else [], block_bytes)
         self.spec = Speculator(pool, self.memory, config.max_gamma)
+        self.forward = TargetForward(runner, self.blocks, self.logits_cache, self.spec)
         self.grammars = Grammars(runner.config.vocab_size, self.eos_token_ids)  # structured output
 
     @property
@@ -179,7 +181,7 @@ class LLMEngine(Engine):
             self.runner.cache.copy(self.blocks.take_copies())
             drafted = self.spec.draft(drafter, scheduled)
             t0 = time.perf_counter()
-            verified = verify_batch(self._run(scheduled, drafted.drafts), self.eos_token_ids)
+            verified = verify_batch(self.forward(scheduled, drafted.drafts), self.eos_token_ids)
             kept = self._postprocess(scheduled, verified)
             verify_time = time.perf_counter() - t0
         except Exception as exc:
@@ -190,54 +192,6 @@ class LLMEngine(Engine):
         cached = sum(1 for v in verified if v.candidate.from_cache)  # exact repeats computed nothing
         prefilled = sum(s.num_new for s in scheduled if s.prefill) - cached
         return StepWork(drafted, verified, kept, prefilled, verify_time)
-
-    def _run(self, scheduled: list[Scheduled], drafts: dict[str, Drafted]) -> list[Candidate]:
-        """The target forward. A candidate per sequence that gets tokens this step: γ+1 rows
-        for a verification, one for a decode or a prompt's end; an exact repeat of a prompt
-        whose next-token logits are stored (RAKV-ASD) takes them from ``logits_cache`` and
-        skips the forward. A prompt chunk that ends before the prompt does gets none."""
-        slots: list[Candidate | int] = []  # per sequence with rows: its candidate, or its item
-        items: list[ForwardItem] = []
-        owners: list[Scheduled] = []
-        wants: list[int] = []  # per item: its candidate's rows (more rows: prompt logprobs)
-        for s in scheduled:
-            seq, start = s.seq, s.seq.num_computed
-            if s.exact and (stored := self.logits_cache.get(seq.token_ids)) is not None:
-                row = stored.unsqueeze(0)
-                slots.append(Candidate(s, row, row.argmax(-1).tolist(), from_cache=True))
-                continue
-            end = start + s.num_new
-            wanted = 0 if end < len(seq.token_ids) else 1 if s.prefill else s.num_new
-            n_rows = s.num_new if s.prefill and seq.wants_prompt_logprobs else wanted
-            if n_rows:
-                slots.append(len(items))
-            table = self.blocks.table(seq.request_id)
-            items.append(ForwardItem(seq.token_ids[start:end], start, table, n_rows))
-            owners.append(s)
-            wants.append(wanted)
-        if items and self.spec.wants_features():
-            # A feature drafter reads the target's last hidden states of every computed row.
-            logits, first, feats = self.runner.run_with_features(items)
-            for s, item, rows in zip(owners, items, feats, strict=True):
-                self.spec.observe(s.seq.request_id, item.start, rows)
-        elif items:
-            logits, first = self.runner.run(items)
-        if items:
-            ids = logits.argmax(-1).tolist()  # one pass over every row; greedy rows use it
-        candidates = []
-        for slot in slots:
-            if isinstance(slot, Candidate):
-                candidates.append(slot)
-                continue
-            s, f, w = owners[slot], first[slot], wants[slot]
-            end = f + items[slot].num_logits
-            if s.seq.logprobs is not None and items[slot].num_logits > w:  # rows scoring prompt tokens
-                record_prompt(s.seq.logprobs, s.seq.prompt_token_ids, items[slot].start, logits[f:end])
-            if w:
-                candidates.append(
-                    Candidate(s, logits[end - w : end], ids[end - w : end], drafts.get(s.seq.request_id))
-                )
-        return candidates
 
     def _postprocess(self, scheduled: list[Scheduled], verified: list[Verified]) -> int:
         """Apply the step to every scheduled sequence: its computed tokens, the kept tokens

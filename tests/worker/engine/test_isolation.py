@@ -41,14 +41,14 @@ def poison_forward(
     engine: LLMEngine, monkeypatch: pytest.MonkeyPatch, when: Callable[[Sequence], bool]
 ) -> None:
     """Make the target forward raise whenever the poison request is in it and ``when`` holds."""
-    forward = engine._run
+    forward = engine.forward
 
     def run(scheduled: list[Scheduled], drafts: dict[str, Drafted]) -> list[Candidate]:
         if any(s.seq.request_id == "poison" and when(s.seq) for s in scheduled):
             raise RuntimeError("poisoned forward")
         return forward(scheduled, drafts)
 
-    monkeypatch.setattr(engine, "_run", run)
+    monkeypatch.setattr(engine, "forward", run)
 
 
 def check(run: Run, refs: list[list[int]], poison_tokens: list[int]) -> None:
