@@ -11,6 +11,7 @@ batch sizes, rows and drafters measured, and each batch's q = 1 and q = γmax + 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import time
 from pathlib import Path
@@ -27,6 +28,7 @@ def main() -> None:
     ap.add_argument("--max-batch", type=int, default=ProfileSettings.max_batch)
     ap.add_argument("--out", help="save the profile as JSON here")
     args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(relativeCreated)7.0f ms %(message)s")
     t0 = time.perf_counter()
     engine = create_engine(args.model, drafters=drafter_dirs(args.model, None))
     load_s = time.perf_counter() - t0

@@ -121,6 +121,7 @@ class _Pass:
         self.offloaded = not drafters
         self.rng = random.Random(0)
         self.total_blocks = 0
+        self.last_step_s = 0.0
         self.vocab = _vocab_size(engine)
         self.output_len = output_room(engine, s, len(drafters))
 
@@ -130,9 +131,11 @@ class _Pass:
         self.engine.apply_decision(d.model_copy(update={"offload": self.offloaded}))
 
     def step(self) -> tuple[StepStats, list[RequestOutput]]:
-        if time.perf_counter() > self.deadline:
+        t0 = time.perf_counter()
+        if t0 + self.last_step_s > self.deadline:  # the next step would end past the budget
             raise OutOfTime
         result = self.engine.step()
+        self.last_step_s = time.perf_counter() - t0
         foreign = [o for o in result.outputs if not o.request_id.startswith(PROFILE_ID)]
         if foreign:
             raise Interrupted(foreign, result.stats)
@@ -265,6 +268,8 @@ def profile_engine(
             ids = [f"{PROFILE_ID}{rnd}-{batch}-{i}" for i in range(batch)]
             try:
                 done[batch] = run.measure(batch, ids).fastest(done.get(batch))
+                if batch == sizes[-1]:
+                    log.info("cost profile: round %d done at %.1f s", rnd + 1, time.perf_counter() - t0)
             except OutOfTime:
                 log.warning(
                     "cost profile: budget of %.0f s spent in round %d at batch %d",
