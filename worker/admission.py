@@ -19,6 +19,7 @@ import redis.asyncio as aioredis
 from shared import codec, jobs, keys
 from shared.errors import ErrorCode
 from shared.schemas import ErrorEvent, FinishEvent, JobRequest, StartEvent
+from shared.streams import Entry
 from worker.intake import JobIntake, guess_job_id
 from worker.job_run import JobRun, Resume
 from worker.leases import JobWrite, Leases
@@ -57,60 +58,98 @@ class Admission:
 
     async def take(self, entry_id: bytes, fields: dict[Any, Any]) -> JobRun | None:
         """Handle one entry; the JobRun when the job is to go to the engine."""
-        try:
-            job = codec.from_entry(fields)
-            if not isinstance(job, JobRequest):
-                raise codec.CodecError(f"a {job.kind!r} message is not a job")
-        except codec.CodecError as exc:
-            await self._reject(entry_id, fields, f"malformed entry: {exc}", guess_job_id(fields), 0)
-            return None
-        lease, attempt = await self.leases.start(job.job_id)
-        if lease == 0:  # ended already: just acknowledge
-            await self.intake.ack(entry_id)
-            return None
-        if lease < 0:
-            await self._end_unstarted(entry_id, _cancelled_before_start(job.job_id, self.worker_id))
-            return None
-        if attempt > self.max_deliveries:
-            reason = f"started {attempt - 1} times without finishing (limit {self.max_deliveries})"
-            await self._reject(entry_id, fields, reason, job.job_id, lease)
-            return None
-        try:
-            prompt_ids = await anyio.to_thread.run_sync(self.prompts.encode, job)
-        except Exception as exc:  # a template or tokenizer failure is the request's fault
-            await self._fail(job.job_id, lease, entry_id, ErrorCode.BAD_REQUEST, str(exc))
-            return None
-        want = len(prompt_ids) + job.params.max_tokens
-        if self.max_model_len and want > self.max_model_len:
-            msg = context_length_message(self.max_model_len, len(prompt_ids), job.params.max_tokens)
-            await self._fail(job.job_id, lease, entry_id, ErrorCode.CONTEXT_LENGTH_EXCEEDED, msg)
-            return None
-        resume = await self._resume(job.job_id) if lease > 1 else Resume()  # started before
-        # A job that was running when workers died max_deliveries - 1 times runs its last
-        # delivery alone: if it is what kills workers, it alone is dead-lettered.
-        alone = 1 < attempt == self.max_deliveries
-        run = JobRun(job, entry_id, prompt_ids, self.prompts.tokenizer, self.worker_id, resume, lease, alone)
-        run.attempt = attempt
-        start = StartEvent(
-            job_id=job.job_id, worker_id=self.worker_id, attempt=attempt, prompt_tokens=len(prompt_ids)
+        runs = await self.take_many([(entry_id, fields)])
+        return runs[0] if runs else None
+
+    async def take_many(self, got: list[Entry]) -> list[JobRun]:
+        """Handle entries together — one start script, one tokenizing hand-off, one start
+        write for all, so a burst of jobs joins the engine at once; the JobRuns of the jobs
+        that are to go to the engine, in order."""
+        decoded: list[tuple[bytes, dict[Any, Any], JobRequest]] = []
+        for entry_id, fields in got:
+            try:
+                job = codec.from_entry(fields)
+                if not isinstance(job, JobRequest):
+                    raise codec.CodecError(f"a {job.kind!r} message is not a job")
+            except codec.CodecError as exc:
+                await self._reject(entry_id, fields, f"malformed entry: {exc}", guess_job_id(fields), 0)
+                continue
+            decoded.append((entry_id, fields, job))
+        started: list[tuple[bytes, JobRequest, int, int]] = []
+        leases = await self.leases.start_many([job.job_id for _, _, job in decoded])
+        for (entry_id, fields, job), (lease, attempt) in zip(decoded, leases, strict=True):
+            if lease == 0:  # ended already: just acknowledge
+                await self.intake.ack(entry_id)
+            elif lease < 0:
+                await self._end_unstarted(entry_id, _cancelled_before_start(job.job_id, self.worker_id))
+            elif attempt > self.max_deliveries:
+                reason = f"started {attempt - 1} times without finishing (limit {self.max_deliveries})"
+                await self._reject(entry_id, fields, reason, job.job_id, lease)
+            else:
+                started.append((entry_id, job, lease, attempt))
+        encoded = await anyio.to_thread.run_sync(self._encode_all, [job for _, job, _, _ in started])
+        runs: list[JobRun] = []
+        for (entry_id, job, lease, attempt), prompt_ids in zip(started, encoded, strict=True):
+            if isinstance(prompt_ids, Exception):  # a template or tokenizer failure is the request's fault
+                await self._fail(job.job_id, lease, entry_id, ErrorCode.BAD_REQUEST, str(prompt_ids))
+                continue
+            want = len(prompt_ids) + job.params.max_tokens
+            if self.max_model_len and want > self.max_model_len:
+                msg = context_length_message(self.max_model_len, len(prompt_ids), job.params.max_tokens)
+                await self._fail(job.job_id, lease, entry_id, ErrorCode.CONTEXT_LENGTH_EXCEEDED, msg)
+                continue
+            resume = await self._resume(job.job_id) if lease > 1 else Resume()  # started before
+            # A job that was running when workers died max_deliveries - 1 times runs its last
+            # delivery alone: if it is what kills workers, it alone is dead-lettered.
+            alone = 1 < attempt == self.max_deliveries
+            run = JobRun(
+                job, entry_id, prompt_ids, self.prompts.tokenizer, self.worker_id, resume, lease, alone
+            )
+            run.attempt = attempt
+            runs.append(run)
+        starts = [JobWrite(run.job_id, run.lease, run.entry_id, [self._start_event(run)]) for run in runs]
+        held = await self.leases.write(starts)
+        runs = [run for run, h in zip(runs, held, strict=True) if h]  # (else another worker started it)
+        for run in runs:
+            log.info(
+                "job %s started (attempt %d, %d prompt tokens, %d resumed) request %s",
+                run.job_id,
+                run.attempt,
+                len(run.prompt_ids),
+                run.resume.tokens,
+                run.job.request_id,
+                extra={"job_id": run.job_id, "request_id": run.job.request_id},
+            )
+        return runs
+
+    def _encode_all(self, batch: list[JobRequest]) -> list[list[int] | Exception]:
+        out: list[list[int] | Exception] = []
+        for job in batch:
+            try:
+                out.append(self.prompts.encode(job))
+            except Exception as exc:  # the request's fault: reported for it alone
+                out.append(exc)
+        return out
+
+    def _start_event(self, run: JobRun) -> StartEvent:
+        return StartEvent(
+            job_id=run.job_id,
+            worker_id=self.worker_id,
+            attempt=run.attempt,
+            prompt_tokens=len(run.prompt_ids),
         )
-        (held,) = await self.leases.write([JobWrite(job.job_id, lease, entry_id, [start])])
-        if not held:  # another worker started it meanwhile
-            return None
-        log.info(
-            "job %s started (attempt %d, %d prompt tokens, %d resumed) request %s",
-            job.job_id,
-            attempt,
-            len(prompt_ids),
-            resume.tokens,
-            job.request_id,
-            extra={"job_id": job.job_id, "request_id": job.request_id},
-        )
-        return run
+
+    async def cancelled_many(self, job_ids: list[str]) -> list[bool]:
+        """``cancelled`` for several jobs in one round trip."""
+        async with self.r.pipeline(transaction=False) as pipe:
+            for job_id in job_ids:
+                pipe.exists(keys.job_cancel(self.intake.model, job_id))
+            return [bool(x) for x in await pipe.execute()]
 
     async def cancelled(self, job_id: str) -> bool:
         """A cancel that raced the start (its broadcast came before the job ran here)."""
-        return bool(await self.r.exists(keys.job_cancel(self.intake.model, job_id)))
+        (got,) = await self.cancelled_many([job_id])
+        return got
 
     async def _resume(self, job_id: str) -> Resume:
         events = []

@@ -21,18 +21,27 @@ from shared import codec, jobs, keys
 from shared.schemas import ErrorEvent, FinishEvent, JobEvent
 from shared.streams import id_str
 
-# KEYS: job hash, cancel flag. ARGV: result TTL (s), worker id. Returns {lease, attempts}
-# with the new lease, or {0, 0} when the job already ended (a result is written), or {-1, 0}
-# when it was cancelled before it started. The hash's status strings are shared.jobs.JobStatus values.
+# KEYS: per job its hash and cancel flag. ARGV: result TTL (s), worker id. Returns per job
+# {lease, attempts} (flat) with the new lease, or {0, 0} when the job already ended (a result
+# is written), or {-1, 0} when it was cancelled before it started. One call starts a whole
+# batch of entries. The hash's status strings are shared.jobs.JobStatus values.
 _START = """
-local status = redis.call('HGET', KEYS[1], 'status')
-if status == 'finished' or status == 'cancelled' or status == 'failed' then return {0, 0} end
-if redis.call('EXISTS', KEYS[2]) == 1 then return {-1, 0} end
-local lease = redis.call('HINCRBY', KEYS[1], 'lease', 1)
-local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
-redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[2], 'wseq', 0)
-redis.call('EXPIRE', KEYS[1], ARGV[1])
-return {lease, attempts}
+local out = {}
+for j = 1, #KEYS / 2 do
+  local hash, cancel = KEYS[2 * j - 1], KEYS[2 * j]
+  local status = redis.call('HGET', hash, 'status')
+  if status == 'finished' or status == 'cancelled' or status == 'failed' then
+    out[#out + 1] = 0; out[#out + 1] = 0
+  elseif redis.call('EXISTS', cancel) == 1 then
+    out[#out + 1] = -1; out[#out + 1] = 0
+  else
+    out[#out + 1] = redis.call('HINCRBY', hash, 'lease', 1)
+    out[#out + 1] = redis.call('HINCRBY', hash, 'attempts', 1)
+    redis.call('HSET', hash, 'status', 'running', 'worker', ARGV[2], 'wseq', 0)
+    redis.call('EXPIRE', hash, ARGV[1])
+  end
+end
+return out
 """
 
 # KEYS: the jobs stream, then per job its hash and events stream. ARGV: TTL, worker id,
@@ -143,11 +152,18 @@ class Leases:
     async def start(self, job_id: str) -> tuple[int, int]:
         """Take the job's lease: (lease > 0, attempts counted so far), or (0, 0) when the
         job already ended, or (-1, 0) when it was cancelled before it started."""
-        lease, attempts = await self._start(
-            keys=[keys.job_key(self.model, job_id), keys.job_cancel(self.model, job_id)],
-            args=[self.ttl_s, self.worker_id],
-        )
-        return int(lease), int(attempts)
+        (got,) = await self.start_many([job_id])
+        return got
+
+    async def start_many(self, job_ids: list[str]) -> list[tuple[int, int]]:
+        """``start`` for several jobs in one round trip, in order."""
+        if not job_ids:
+            return []
+        script_keys = []
+        for job_id in job_ids:
+            script_keys += [keys.job_key(self.model, job_id), keys.job_cancel(self.model, job_id)]
+        flat = [int(x) for x in await self._start(keys=script_keys, args=[self.ttl_s, self.worker_id])]
+        return list(zip(flat[0::2], flat[1::2], strict=True))
 
     async def write(self, batch: list[JobWrite]) -> list[bool]:
         """Write every job's events (and final result + ack) in one round trip; per job,

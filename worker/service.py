@@ -17,7 +17,7 @@ import logging
 import time
 from functools import partial
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import anyio
 import redis.asyncio as aioredis
@@ -173,28 +173,39 @@ class WorkerService:
         await self._take_all(got)
 
     async def _take_all(self, got: list[Entry]) -> None:
+        todo = [(e, f) for e, f in got if guess_job_id(f) not in self.running]  # (not our own, claimed back)
+        if not todo:
+            return
         self._taking += 1  # meanwhile the engine steps in a thread: admission needs the loop
         try:
-            await self._take_each(got)
+            # Entries in hand are taken to the end even through a Redis outage; together (one
+            # start, one tokenizing hand-off, one start write), so a burst joins the batch at once.
+            runs = await retry_redis("admission", partial(self.admission.take_many, todo))
+        except Exception:  # a bug: one by one, so that only the entry that fails is dead-lettered
+            log.exception("admission of %d entries failed; taking them one at a time", len(todo))
+            runs = [run for entry_id, fields in todo if (run := await self._take_one(entry_id, fields))]
         finally:
             self._taking -= 1
+        begun = [run for run in runs if await self._begin(run)]
+        ids = [run.job_id for run in begun]
+        # A cancel that raced the start (its broadcast came before the job ran here).
+        for job_id, cancelled in zip(
+            ids, await retry_redis("cancel check", partial(self.admission.cancelled_many, ids)), strict=True
+        ):
+            if cancelled:
+                self.engine.abort_request(job_id)
 
-    async def _take_each(self, got: list[Entry]) -> None:
-        for entry_id, fields in got:
-            if guess_job_id(fields) in self.running:  # our own running job, claimed back
-                continue
-            try:
-                # An entry in hand is taken to the end even through a Redis outage.
-                run = await retry_redis("admission", partial(self.admission.take, entry_id, fields))
-            except Exception as exc:  # a bug must not take the worker down: dead-letter the entry
-                log.exception("admission of entry %s failed", entry_id)
-                reason = f"admission failed: {exc!r}"
-                await retry_redis("dead letter", partial(self.intake.dead_letter, entry_id, fields, reason))
-                continue
-            if run is not None:
-                await self._begin(run)
+    async def _take_one(self, entry_id: bytes, fields: dict[Any, Any]) -> JobRun | None:
+        try:
+            return await retry_redis("admission", partial(self.admission.take, entry_id, fields))
+        except Exception as exc:  # a bug must not take the worker down: dead-letter the entry
+            log.exception("admission of entry %s failed", entry_id)
+            reason = f"admission failed: {exc!r}"
+            await retry_redis("dead letter", partial(self.intake.dead_letter, entry_id, fields, reason))
+            return None
 
-    async def _begin(self, run: JobRun) -> None:
+    async def _begin(self, run: JobRun) -> bool:
+        """Hold the job and hand it to the engine (False: it ended without running)."""
         self.running.admit(run)
         reason = run.resumed_final_reason(self.engine.eos_token_ids)
         if reason is not None:  # the output sent before the failover already ends the job
@@ -202,7 +213,7 @@ class WorkerService:
             run.done = True
             write = JobWrite(run.job_id, run.lease, run.entry_id, list(tail), final)
             await self.outbox.put(StepOutput([write]))
-            return
+            return False
         # Held (and renewed) from now on, but stepped only when no batch mate breaks the
         # rule: a job on its last delivery runs alone.
         if run.alone:
@@ -216,9 +227,8 @@ class WorkerService:
             await self.running.ended.wait()
         self._prefill += len(run.prompt_ids) + run.resume.tokens  # what the next steps prefill
         self.engine.add_request(run.engine_request())
-        if await retry_redis("cancel check", lambda: self.admission.cancelled(run.job_id)):
-            self.engine.abort_request(run.job_id)
         self._work.fire()
+        return True
 
     async def _burst(self) -> None:
         """Take jobs until the stream has none left and every taken job ended."""
