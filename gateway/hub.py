@@ -34,6 +34,19 @@ WAKE_MAXLEN = 64
 WAKE_TTL_S = 3600
 
 
+_MAX_PART = 2**64 - 1  # a stream id is two unsigned 64-bit numbers
+
+
+def _clamped(cursor: str) -> str:
+    """``cursor`` as Redis accepts it: a (well-formed) id past the largest possible one is that
+    one — nothing comes after either. Else one client's hostile Last-Event-ID would fail the
+    shared read of every stream."""
+    a, _, b = cursor.partition("-")
+    if int(a) > _MAX_PART or int(b or 0) > _MAX_PART:
+        return f"{_MAX_PART}-{_MAX_PART}"
+    return cursor
+
+
 def _after(entry_id: str, cursor: str) -> bool:
     """Whether stream id ``entry_id`` comes after ``cursor`` (both ``ms-seq``)."""
     a, _, b = entry_id.partition("-")
@@ -69,6 +82,7 @@ class Subscription:
 
     async def read(self, after: str, block_ms: int | None) -> list[Entry]:
         """Entries after ``after``; waits up to ``block_ms`` for one (None: does not wait)."""
+        after = _clamped(after)
         while self._buffer and not _after(id_str(self._buffer[0][0]), after):
             self._buffer.popleft()
         if not self._started:

@@ -95,3 +95,24 @@ async def test_a_burst_of_new_followers_wakes_the_blocked_read_once_not_once_eac
     assert await r.xlen(keys.gateway_wake(M, hub.id)) < 5  # not one wake per new follower
     for s in subs:
         s.close()
+
+
+async def test_a_cursor_past_the_largest_stream_id_does_not_fail_the_shared_read(r: aioredis.Redis) -> None:
+    hub = EventHub(r)
+    hostile = hub.subscribe(M, keys.job_events(M, "h"))
+    plain = hub.subscribe(M, keys.job_events(M, "p"))
+    got: list[bytes] = []
+
+    async def follow() -> None:
+        got.extend(f[b"m"] for _, f in await plain.read("0-0", 5000))
+
+    with anyio.fail_after(5):
+        assert await hostile.read("99999999999999999999-0", None) == []  # a Last-Event-ID past any
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follow)
+            while len(hub._subs[M]) < 2:
+                await anyio.sleep(0.01)
+            await r.xadd(keys.job_events(M, "p"), {b"m": b"x"})
+    assert got == [b"x"]
+    hostile.close()
+    plain.close()
