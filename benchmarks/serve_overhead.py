@@ -62,6 +62,7 @@ class Samples:
     """What one row gathered over the rounds."""
 
     ms_per_token_c1: list[float] = field(default_factory=list)  # one per request at concurrency 1
+    cpu_s_c1: list[float] = field(default_factory=list)  # worker-core CPU seconds per c=1 request
     walls_cn: list[float] = field(default_factory=list)  # one per round of N requests
     cpu_s_cn: list[float] = field(default_factory=list)  # worker-core CPU seconds per round of N
     other_cpu_s_cn: list[float] = field(default_factory=list)  # the other services' CPU per round
@@ -72,6 +73,7 @@ class Samples:
 class Figures:
     ms_per_token_c1: float  # median over requests at concurrency 1
     tokens_per_s_cn: float  # at concurrency N (N × tokens ÷ the median round)
+    cpu_ms_per_token_c1: float  # worker-core CPU per output token at concurrency 1
     cpu_ms_per_token_cn: float  # worker-core CPU per output token at concurrency N
     other_cpu_ms_per_request_cn: float  # CPU of the gateway, planner and Redis per request
     client_cpu_ms_per_request_cn: float  # CPU of this client (httpx) per request
@@ -135,8 +137,9 @@ class EngineRow:
 
     async def round(self, samples: Samples, requests: int, concurrency: int) -> None:
         for _ in range(requests):
-            wall, _ = await anyio.to_thread.run_sync(self._run, 1)
+            wall, cpu = await anyio.to_thread.run_sync(self._run, 1)
             samples.ms_per_token_c1.append(wall / self.tokens * 1000)
+            samples.cpu_s_c1.append(cpu)
         wall, cpu = await anyio.to_thread.run_sync(self._run, concurrency)
         samples.walls_cn.append(wall)
         samples.cpu_s_cn.append(cpu)
@@ -169,7 +172,9 @@ class ServedRow:
 
     async def round(self, samples: Samples, requests: int, concurrency: int) -> None:
         for i in range(requests):
+            c0 = sum(process_cpu_s(p) for p in self.worker_pids)
             samples.ms_per_token_c1.append(await self.one(i) / self.tokens * 1000)
+            samples.cpu_s_c1.append(sum(process_cpu_s(p) for p in self.worker_pids) - c0)
         c0 = sum(process_cpu_s(p) for p in self.worker_pids)
         o0 = sum(process_cpu_s(p) for p in self.other_pids)
         k0 = time.process_time()
@@ -242,6 +247,7 @@ def figures(s: Samples, tokens: int, concurrency: int) -> Figures:
     return Figures(
         statistics.median(s.ms_per_token_c1),
         per_request / statistics.median(s.walls_cn),
+        statistics.mean(s.cpu_s_c1) / tokens * 1000,  # (a mean: /proc counts in 10 ms ticks)
         statistics.median(s.cpu_s_cn) / per_request * 1000,
         statistics.median(s.other_cpu_s_cn) / concurrency * 1000,
         statistics.median(s.client_cpu_s_cn) / concurrency * 1000,
@@ -298,14 +304,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     n = args.concurrency
     print(
-        f"| run | ms/token c=1 | ÷ engine | tokens/s c={n} | ÷ engine | worker-core CPU ms/token c={n} "
-        f"| ÷ engine | other CPU ms/request c={n} | client CPU ms/request c={n} |"
+        f"| run | ms/token c=1 | ÷ engine | tokens/s c={n} | ÷ engine | worker-core CPU ms/token c=1 "
+        f"| ÷ engine | c={n} | ÷ engine | other CPU ms/request c={n} | client CPU ms/request c={n} |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, f in rows.items():
         print(
             f"| {name} | {f.ms_per_token_c1:.2f} | {f.ms_per_token_c1 / base.ms_per_token_c1:.2f} "
             f"| {f.tokens_per_s_cn:.0f} | {f.tokens_per_s_cn / base.tokens_per_s_cn:.2f} "
+            f"| {f.cpu_ms_per_token_c1:.3f} | {f.cpu_ms_per_token_c1 / base.cpu_ms_per_token_c1:.2f} "
             f"| {f.cpu_ms_per_token_cn:.3f} | {f.cpu_ms_per_token_cn / base.cpu_ms_per_token_cn:.2f} "
             f"| {f.other_cpu_ms_per_request_cn:.2f} | {f.client_cpu_ms_per_request_cn:.2f} |"
         )
