@@ -8,6 +8,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
+import httpx
+import openai
 
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
@@ -15,10 +17,23 @@ from nightjar.runner import http_server, run_services
 from planner.service import PlannerService
 from planner.settings import PlannerSettings
 from shared.connection import reset_fake_server
-from tests.compat.test_openai_sdk import _ready
 from tests.e2e.conftest import free_port, poll
 from worker.service import WorkerService
 from worker.settings import WorkerSettings
+
+
+async def ready(base: str) -> bool:
+    """The gateway answers /health/ready with 200 (a live worker, a planner decision)."""
+    try:
+        async with httpx.AsyncClient() as c:
+            return (await c.get(base + "/health/ready")).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def sdk(base: str) -> openai.AsyncOpenAI:
+    """The official client for the served gateway, with no retries (a failure shows at once)."""
+    return openai.AsyncOpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=60)
 
 
 @asynccontextmanager
@@ -35,7 +50,7 @@ async def served(model_dir: Path, timeout_s: float = 180) -> AsyncIterator[str]:
     with anyio.fail_after(timeout_s):
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_services, [worker.run, planner.run], server)
-            await poll(lambda: _ready(base), 60, "the gateway and its worker")
+            await poll(lambda: ready(base), 60, "the gateway and its worker")
             try:
                 yield base
             finally:

@@ -9,21 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 import torch
 
-from gateway.app import create_app
-from gateway.settings import GatewaySettings
-from nightjar.runner import http_server, run_services
-from planner.service import PlannerService
-from planner.settings import PlannerSettings
-from shared.connection import reset_fake_server
-from tests.compat.test_openai_sdk import _ready
-from tests.e2e.conftest import free_port, poll
+from tests.compat.serving import sdk, served
 from tests.worker.engine.tiny import hf_model
-from worker.service import WorkerService
-from worker.settings import WorkerSettings
 
 openai = pytest.importorskip("openai")
 pytestmark = pytest.mark.anyio
@@ -135,22 +125,10 @@ async def test_logprobs_through_the_openai_sdk(model_dir: Path) -> None:
     from transformers import AutoTokenizer
 
     tok, hf = AutoTokenizer.from_pretrained(model_dir), hf_model(model_dir)
-    reset_fake_server()
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    worker = WorkerService(
-        WorkerSettings(model_dir=str(model_dir), worker_id="compat", block_ms=200, engine={"num_blocks": 256})
-    )
-    planner = PlannerService(PlannerSettings(block_ms=200))
-    server = http_server(create_app(GatewaySettings()), "127.0.0.1", port, "warning")
-    with anyio.fail_after(180):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(run_services, [worker.run, planner.run], server)
-            await poll(lambda: _ready(base), 60, "the gateway and its worker")
-            client = openai.AsyncOpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=60)
-            try:
-                await _completions(client, model_dir.name, tok, hf)
-                await _chat(client, model_dir.name, tok, hf)
-            finally:
-                await client.close()
-            server.should_exit = True
+    async with served(model_dir) as base:
+        client = sdk(base)
+        try:
+            await _completions(client, model_dir.name, tok, hf)
+            await _chat(client, model_dir.name, tok, hf)
+        finally:
+            await client.close()

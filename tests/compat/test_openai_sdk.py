@@ -5,31 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import anyio
-import httpx
 import pytest
 
-from gateway.app import create_app
-from gateway.settings import GatewaySettings
-from nightjar.runner import http_server, run_services
-from planner.service import PlannerService
-from planner.settings import PlannerSettings
-from shared.connection import reset_fake_server
-from tests.e2e.conftest import free_port, poll
+from tests.compat.serving import sdk, served
+from tests.e2e.conftest import poll
 from tests.tiny_models import reference_greedy
-from worker.service import WorkerService
-from worker.settings import WorkerSettings
 
 openai = pytest.importorskip("openai")
 pytestmark = pytest.mark.anyio
-
-
-async def _ready(base: str) -> bool:
-    try:
-        async with httpx.AsyncClient() as c:
-            return (await c.get(base + "/health/ready")).status_code == 200
-    except httpx.TransportError:
-        return False
 
 
 async def _check(client: openai.AsyncOpenAI, model_dir: Path) -> None:
@@ -135,21 +118,9 @@ async def _batch(client: openai.AsyncOpenAI, name: str, expected: str) -> None:
 
 
 async def test_the_openai_sdk_against_the_gateway(model_dir: Path) -> None:
-    reset_fake_server()
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    worker = WorkerService(
-        WorkerSettings(model_dir=str(model_dir), worker_id="compat", block_ms=200, engine={"num_blocks": 256})
-    )
-    planner = PlannerService(PlannerSettings(block_ms=200))
-    server = http_server(create_app(GatewaySettings()), "127.0.0.1", port, "warning")
-    with anyio.fail_after(180):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(run_services, [worker.run, planner.run], server)
-            await poll(lambda: _ready(base), 60, "the gateway and its worker")
-            client = openai.AsyncOpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=60)
-            try:
-                await _check(client, model_dir)
-            finally:
-                await client.close()
-            server.should_exit = True
+    async with served(model_dir) as base:
+        client = sdk(base)
+        try:
+            await _check(client, model_dir)
+        finally:
+            await client.close()
