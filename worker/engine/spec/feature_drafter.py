@@ -58,8 +58,15 @@ class FeatureModel(DecoderModel):
     logits over the drafter's vocabulary and the output feature side by side: ``[R, K + H]``.
     """
 
-    def __init__(self, config: ModelConfig, state: dict[str, torch.Tensor], target_embed: torch.Tensor,
-                 target_head: torch.Tensor, device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        state: dict[str, torch.Tensor],
+        target_embed: torch.Tensor,
+        target_head: torch.Tensor,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> None:
         ids = state["vocab_ids"].long()
         state = dict(state)
         state["model.embed_tokens.weight"] = target_embed
@@ -107,8 +114,14 @@ class FeatureRunner(ModelRunner):
 
     model: FeatureModel
 
-    def __init__(self, config: ModelConfig, state: dict[str, torch.Tensor], target: DecoderModel,
-                 block_size: int, num_blocks: int = 2) -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        state: dict[str, torch.Tensor],
+        target: DecoderModel,
+        block_size: int,
+        num_blocks: int = 2,
+    ) -> None:
         self.config, self.block_size = config, block_size
         self.device, self.dtype = target.device, target.dtype
         self.model = FeatureModel(config, state, target.embed, target.lm_head, self.device, self.dtype)
@@ -145,8 +158,9 @@ class FeatureDrafter(ModelDrafter):
 
     runner: FeatureRunner
 
-    def __init__(self, name: str, runner: FeatureRunner, max_batched_tokens: int = 512,
-                 max_pending: int = MAX_PENDING) -> None:
+    def __init__(
+        self, name: str, runner: FeatureRunner, max_batched_tokens: int = 512, max_pending: int = MAX_PENDING
+    ) -> None:
         super().__init__(name, runner, max_batched_tokens)
         self.model: FeatureModel = runner.model
         self.max_pending = max_pending
@@ -367,8 +381,9 @@ class FeatureDrafter(ModelDrafter):
 class _RealJob:
     """Entries from real features: local positions ``start ..``."""
 
-    def __init__(self, seq_id: str, start: int, feats: torch.Tensor, tokens: list[int], num_logits: int,
-                 consumed: int) -> None:
+    def __init__(
+        self, seq_id: str, start: int, feats: torch.Tensor, tokens: list[int], num_logits: int, consumed: int
+    ) -> None:
         self.seq_id, self.start, self.feats, self.tokens = seq_id, start, feats, tokens
         self.num_logits, self.consumed = num_logits, consumed
 
