@@ -68,6 +68,7 @@ class PlannerService:
         """Serve until cancelled; waits for Redis at start and outlives its outages."""
         await wait_for_redis(self.r, "planner")
         await retry_redis("planner start", self.start, max_backoff_s=1.0)
+        await retry_redis("planner status", self.write_status, max_backoff_s=1.0)  # seen at once, not in 1 s
         http = self.metrics.serve_http(self.settings.metrics_port, self.settings.metrics_host)
         try:
             async with anyio.create_task_group() as tg:
