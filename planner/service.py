@@ -138,9 +138,7 @@ class PlannerService:
         got = entries(resp)
         for entry_id, fields in got:
             try:
-                cmd = codec.from_entry(fields)
-                if not isinstance(cmd, PolicyCommand):
-                    raise codec.CodecError(f"a {cmd.kind!r} message is not a policy command")
+                cmd = codec.from_entry_as(fields, PolicyCommand)
             except codec.CodecError as exc:
                 log.error("skipping malformed control entry %s: %s", entry_id, exc)
                 await self._publish(f"error: malformed policy command: {exc}")

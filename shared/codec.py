@@ -54,10 +54,7 @@ def decode(data: bytes | bytearray | memoryview) -> Message:
 
 
 def decode_as(data: bytes | bytearray | memoryview, cls: type[M]) -> M:
-    msg = decode(data)
-    if not isinstance(msg, cls):
-        raise CodecError(f"expected {cls.kind}, got {msg.kind}")
-    return msg
+    return _as(decode(data), cls)
 
 
 def entry(msg: Message) -> dict[Any, Any]:
@@ -74,3 +71,14 @@ def from_entry(fields: dict[Any, Any]) -> Message:
     if isinstance(raw, str):
         raw = raw.encode("latin-1")
     return decode(raw)
+
+
+def from_entry_as(fields: dict[Any, Any], cls: type[M]) -> M:
+    """``from_entry``, and a CodecError unless the message is a ``cls``."""
+    return _as(from_entry(fields), cls)
+
+
+def _as(msg: Message, cls: type[M]) -> M:
+    if not isinstance(msg, cls):
+        raise CodecError(f"expected {cls.kind}, got {msg.kind}")
+    return msg

@@ -68,9 +68,7 @@ class Admission:
         decoded: list[tuple[bytes, dict[Any, Any], JobRequest]] = []
         for entry_id, fields in got:
             try:
-                job = codec.from_entry(fields)
-                if not isinstance(job, JobRequest):
-                    raise codec.CodecError(f"a {job.kind!r} message is not a job")
+                job = codec.from_entry_as(fields, JobRequest)
             except codec.CodecError as exc:
                 await self._reject(entry_id, fields, f"malformed entry: {exc}", guess_job_id(fields), 0)
                 continue

@@ -11,6 +11,18 @@ from shared import keys
 
 pytestmark = pytest.mark.anyio
 
+
+def count_xreads(r: aioredis.Redis) -> list[int]:
+    """Wrap ``r.xread``; the returned one-item list counts the calls."""
+    n, real = [0], r.xread
+
+    async def counting(*args: object, **kwargs: object) -> object:
+        n[0] += 1
+        return await real(*args, **kwargs)  # type: ignore[arg-type]
+
+    r.xread = counting  # type: ignore[method-assign]
+    return n
+
 M = "tiny"
 
 
@@ -18,15 +30,7 @@ async def test_many_followers_share_one_read_and_a_late_one_is_woken(r: aioredis
     hub = EventHub(r)
     streams = [keys.job_events(M, f"j{i}") for i in range(5)]
     subs = [hub.subscribe(M, s) for s in streams]
-    calls = 0
-    real = r.xread
-
-    async def counting(*args: object, **kwargs: object) -> object:
-        nonlocal calls
-        calls += 1
-        return await real(*args, **kwargs)  # type: ignore[arg-type]
-
-    r.xread = counting  # type: ignore[method-assign]
+    xreads = count_xreads(r)
     got: dict[int, list[bytes]] = {}
 
     async def follow(i: int) -> None:
@@ -42,7 +46,7 @@ async def test_many_followers_share_one_read_and_a_late_one_is_woken(r: aioredis
             for i, s in enumerate(streams):
                 await r.xadd(s, {b"m": b"%d" % i})
     assert got == {i: [b"%d" % i] for i in range(5)}
-    assert calls < 10  # a handful of shared reads, not one blocked read per follower
+    assert xreads[0] < 10  # a handful of shared reads, not one blocked read per follower
     for s in subs:
         s.close()
 
@@ -66,15 +70,7 @@ async def test_a_burst_of_new_followers_wakes_the_blocked_read_once_not_once_eac
     hub = EventHub(r)
     streams = [keys.job_events(M, f"b{i}") for i in range(11)]
     subs = [hub.subscribe(M, s) for s in streams]
-    reads = 0
-    real = r.xread
-
-    async def counting(*args: object, **kwargs: object) -> object:
-        nonlocal reads
-        reads += 1
-        return await real(*args, **kwargs)  # type: ignore[arg-type]
-
-    r.xread = counting  # type: ignore[method-assign]
+    xreads = count_xreads(r)
     got: dict[int, list[bytes]] = {}
 
     async def follow(i: int) -> None:
@@ -83,7 +79,7 @@ async def test_a_burst_of_new_followers_wakes_the_blocked_read_once_not_once_eac
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
             tg.start_soon(follow, 0)
-            while reads < 1:  # until the hub's read is out, blocked on the first stream
+            while xreads[0] < 1:  # until the hub's read is out, blocked on the first stream
                 await anyio.sleep(0.01)
             for i in range(1, 11):  # ten requests at once
                 tg.start_soon(follow, i)
