@@ -7,6 +7,7 @@ position exactly once, in order, and exactly one final (finish or error) event.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -98,6 +99,16 @@ async def submit(gw: httpx.AsyncClient, prompt: str, **params: Any) -> str:
     job_id = resp.json()["id"]
     assert isinstance(job_id, str)
     return job_id
+
+
+async def submit_all(gw: httpx.AsyncClient, prompts: list[str], **params: Any) -> dict[str, str]:
+    """Submit every prompt at once (job id -> prompt): the workers see a burst, not a trickle.
+
+    One at a time, a fast machine finishes each short job before the next arrives, so no
+    worker ever runs several at once (CI's test_worker_sigkill_under_load waited 60 s for that).
+    """
+    ids = await asyncio.gather(*(submit(gw, p, **params) for p in prompts))
+    return dict(zip(ids, prompts, strict=True))
 
 
 async def ended(r: aioredis.Redis, job_ids: list[str]) -> set[str]:

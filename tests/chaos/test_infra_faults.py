@@ -30,7 +30,7 @@ from tests.chaos.jobs import (
     expected_greedy,
     holdings,
     latest_decision,
-    submit,
+    submit_all,
     tally,
     wait_acked,
     wait_all_ended,
@@ -53,7 +53,7 @@ async def test_redis_restart_with_aof_mid_run(
     healthy: Cluster, gw: httpx.AsyncClient, r: aioredis.Redis
 ) -> None:
     c = healthy
-    accepted = {await submit(gw, p, max_tokens=N_TOKENS, ignore_eos=True): p for p in PROMPTS[:12]}
+    accepted = await submit_all(gw, PROMPTS[:12], max_tokens=N_TOKENS, ignore_eos=True)
     await poll(lambda: _tokens_flowing(r, list(accepted), c.workers), 60, "both workers streaming tokens")
     before = (await latest_decision(r)).version
     await r.aclose()
@@ -105,7 +105,7 @@ async def test_redis_restart_with_aof_mid_run(
 
         await poll(planner_publishing, 30, "the planner started during the outage to publish")
         # New jobs are served after the outage.
-        new = {await submit(gw, p, max_tokens=SHORT_N, ignore_eos=True): p for p in SHORT_PROMPTS[:4]}
+        new = await submit_all(gw, SHORT_PROMPTS[:4], max_tokens=SHORT_N, ignore_eos=True)
         await wait_all_ended(r2, list(new), 60, "jobs submitted after the restart")
         t2 = tally(
             [await audit(r2, j) for j in new],
@@ -122,7 +122,7 @@ async def test_planner_killed_mid_run(healthy: Cluster, gw: httpx.AsyncClient, r
     c = healthy
     before = await latest_decision(r)
     n_tokens = N_TOKENS
-    job_ids = {await submit(gw, p, max_tokens=n_tokens, ignore_eos=True): p for p in PROMPTS[8:]}
+    job_ids = await submit_all(gw, PROMPTS[8:], max_tokens=n_tokens, ignore_eos=True)
     await poll(lambda: _tokens_flowing(r, list(job_ids), c.workers), 60, "both workers streaming tokens")
     c.signal("planner", signal.SIGKILL)
     await wait_all_ended(r, list(job_ids), 90, "every job to end with the planner dead")
@@ -148,7 +148,7 @@ async def test_planner_killed_mid_run(healthy: Cluster, gw: httpx.AsyncClient, r
         f"\n[chaos d] {t} decision v{before.version} -> v{latest.version} "
         f"applied {time.time() - restarted_at:.1f}s after the restart"
     )
-    new = {await submit(gw, p, max_tokens=SHORT_N, ignore_eos=True): p for p in SHORT_PROMPTS[4:8]}
+    new = await submit_all(gw, SHORT_PROMPTS[4:8], max_tokens=SHORT_N, ignore_eos=True)
     await wait_all_ended(r, list(new), 60, "jobs after the planner restart")
     t2 = tally(
         [await audit(r, j) for j in new],

@@ -25,7 +25,7 @@ from tests.chaos.jobs import (
     PROMPTS,
     audit,
     expected_greedy,
-    submit,
+    submit_all,
     tally,
     wait_acked,
     wait_all_ended,
@@ -40,7 +40,7 @@ async def test_poison_temperature_fails_alone(
 ) -> None:
     c = healthy
     n_tokens = N_TOKENS
-    mates = {await submit(gw, p, max_tokens=n_tokens, ignore_eos=True): p for p in PROMPTS[:10]}
+    mates = await submit_all(gw, PROMPTS[:10], max_tokens=n_tokens, ignore_eos=True)
     poison = {"temperature": 1e-300, "max_tokens": n_tokens, "ignore_eos": True}
     via_jobs = await gw.post("/v1/jobs", json={"prompt": "Poison via the job API", "params": poison})
     raw = JobRequest(

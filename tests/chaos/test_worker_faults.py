@@ -28,7 +28,7 @@ from tests.chaos.jobs import (
     busy_on,
     expected_greedy,
     holdings,
-    submit,
+    submit_all,
     tally,
     wait_all_ended,
     worker_info,
@@ -42,7 +42,7 @@ async def test_worker_sigkill_under_load(healthy: Cluster, gw: httpx.AsyncClient
     c = healthy
     n_tokens, prompts = N_TOKENS, PROMPTS
     t0 = time.time()
-    job_ids = {await submit(gw, p, max_tokens=n_tokens, ignore_eos=True): p for p in prompts}
+    job_ids = await submit_all(gw, prompts, max_tokens=n_tokens, ignore_eos=True)
 
     async def a_worker_busy() -> str | None:
         # The victim is whichever worker first streams at least 3 of the jobs.
@@ -87,7 +87,7 @@ async def test_worker_sigstop_past_claim_idle_then_sigcont(
 ) -> None:
     c = healthy
     n_tokens, prompts = LONG_N, LONG_PROMPTS  # long enough that the paused worker still has work left
-    job_ids = {await submit(gw, p, max_tokens=n_tokens, ignore_eos=True): p for p in prompts}
+    job_ids = await submit_all(gw, prompts, max_tokens=n_tokens, ignore_eos=True)
 
     async def spread() -> dict[str, list[str]] | None:
         # Every job started; the victim is whichever worker streams more of them (at least 2).
