@@ -15,7 +15,10 @@ engine, ...), so a machine shared with other work loads each of them alike; the 
 medians over the rounds. The client sends non-streaming /v1/completions requests and times
 each end to end. At concurrency 1 the figure is milliseconds per output token (a request's
 whole latency ÷ its tokens, prefill included, for both the engine and the served runs); at
-concurrency N it is output tokens per second. The ratios are served ÷ engine, side by side.
+concurrency N it is output tokens per second of N users each sending ``--per-user`` requests
+back to back (a closed loop, as ``--max-concurrency`` in vLLM's serving benchmark; the engine
+row keeps N requests in flight the same way; ``--per-user 1`` is one burst of N, which mostly
+measures how fast the gateway hands the burst over). The ratios are served ÷ engine.
 
 Beside the wall-clock ratios it prints the CPU time the worker's core spent per output token
 (all threads of the worker process, or of ``nightjar up``; the engine's thread for the engine
@@ -72,7 +75,7 @@ class Samples:
 @dataclass
 class Figures:
     ms_per_token_c1: float  # median over requests at concurrency 1
-    tokens_per_s_cn: float  # at concurrency N (N × tokens ÷ the median round)
+    tokens_per_s_cn: float  # at concurrency N (requests × tokens ÷ the median round)
     cpu_ms_per_token_c1: float  # worker-core CPU per output token at concurrency 1
     cpu_ms_per_token_cn: float  # worker-core CPU per output token at concurrency N
     other_cpu_ms_per_request_cn: float  # CPU of the gateway, planner and Redis per request
@@ -116,31 +119,41 @@ class EngineRow:
         enc = PromptEncoder.from_dir(self.model)
         self._ids = [list(enc.tokenizer(p)["input_ids"]) for p in PROMPTS]
 
-    def _run(self, n: int) -> tuple[float, float]:
-        """Wall and CPU seconds of ``n`` requests stepped to completion together."""
+    def _run(self, n: int, per_user: int = 1) -> tuple[float, float]:
+        """Wall and CPU seconds of ``n`` users' ``per_user`` requests each, stepped to the end:
+        ``n`` in flight, a finished request replaced by its user's next (closed loop)."""
         from shared.schemas import SamplingParams
         from worker.engine.api import EngineRequest
 
         os.sched_setaffinity(0, _cpus(self.cpu))
         params = SamplingParams(max_tokens=self.tokens, ignore_eos=True)
-        for i in range(n):
+        left = n * per_user
+
+        def add(i: int) -> None:
+            nonlocal left
             self._n += 1
+            left -= 1
             self._engine.add_request(EngineRequest(f"r{self._n}", self._ids[i % len(self._ids)], params))
+
+        for i in range(n):
+            add(i)
         t0, c0 = time.perf_counter(), time.thread_time()
         while self._engine.has_unfinished():
-            self._engine.step()
+            for out in self._engine.step().outputs:
+                if out.finished and left > 0:
+                    add(left)
         return time.perf_counter() - t0, time.thread_time() - c0
 
     async def start(self) -> None:
         await anyio.to_thread.run_sync(self._load)
         await anyio.to_thread.run_sync(self._run, 2)  # warm
 
-    async def round(self, samples: Samples, requests: int, concurrency: int) -> None:
+    async def round(self, samples: Samples, requests: int, concurrency: int, per_user: int) -> None:
         for _ in range(requests):
             wall, cpu = await anyio.to_thread.run_sync(self._run, 1)
             samples.ms_per_token_c1.append(wall / self.tokens * 1000)
             samples.cpu_s_c1.append(cpu)
-        wall, cpu = await anyio.to_thread.run_sync(self._run, concurrency)
+        wall, cpu = await anyio.to_thread.run_sync(self._run, concurrency, per_user)
         samples.walls_cn.append(wall)
         samples.cpu_s_cn.append(cpu)
         samples.other_cpu_s_cn.append(0.0)
@@ -170,7 +183,11 @@ class ServedRow:
         await self.one(0)
         await self.one(1)  # warm
 
-    async def round(self, samples: Samples, requests: int, concurrency: int) -> None:
+    async def user(self, i: int, per_user: int) -> None:
+        for _ in range(per_user):
+            await self.one(i)
+
+    async def round(self, samples: Samples, requests: int, concurrency: int, per_user: int) -> None:
         for i in range(requests):
             c0 = sum(process_cpu_s(p) for p in self.worker_pids)
             samples.ms_per_token_c1.append(await self.one(i) / self.tokens * 1000)
@@ -181,7 +198,7 @@ class ServedRow:
         t0 = time.perf_counter()
         async with anyio.create_task_group() as tg:
             for i in range(concurrency):
-                tg.start_soon(self.one, i)
+                tg.start_soon(self.user, i, per_user)
         samples.walls_cn.append(time.perf_counter() - t0)
         samples.cpu_s_cn.append(sum(process_cpu_s(p) for p in self.worker_pids) - c0)
         samples.other_cpu_s_cn.append(sum(process_cpu_s(p) for p in self.other_pids) - o0)
@@ -242,15 +259,16 @@ async def three_processes(args: argparse.Namespace, cpu: str) -> AsyncIterator[S
             yield ServedRow(c, args.tokens, worker, others)
 
 
-def figures(s: Samples, tokens: int, concurrency: int) -> Figures:
-    per_request = concurrency * tokens
+def figures(s: Samples, tokens: int, n_requests: int) -> Figures:
+    """``n_requests``: requests per round at concurrency N (N users × their requests each)."""
+    per_request = n_requests * tokens
     return Figures(
         statistics.median(s.ms_per_token_c1),
         per_request / statistics.median(s.walls_cn),
         statistics.mean(s.cpu_s_c1) / tokens * 1000,  # (a mean: /proc counts in 10 ms ticks)
         statistics.median(s.cpu_s_cn) / per_request * 1000,
-        statistics.median(s.other_cpu_s_cn) / concurrency * 1000,
-        statistics.median(s.client_cpu_s_cn) / concurrency * 1000,
+        statistics.median(s.other_cpu_s_cn) / n_requests * 1000,
+        statistics.median(s.client_cpu_s_cn) / n_requests * 1000,
     )
 
 
@@ -272,8 +290,9 @@ async def measure(args: argparse.Namespace, worker_cpu: str) -> dict[str, Figure
         samples = {name: Samples() for name in rows}
         for _ in range(args.rounds):  # in turns: a change of the machine's load hits every row
             for name, row in rows.items():
-                await row.round(samples[name], args.requests, args.concurrency)
-    return {name: figures(s, args.tokens, args.concurrency) for name, s in samples.items()}
+                await row.round(samples[name], args.requests, args.concurrency, args.per_user)
+    n_requests = args.concurrency * args.per_user
+    return {name: figures(s, args.tokens, n_requests) for name, s in samples.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -283,7 +302,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, default=32)
     p.add_argument("--requests", type=int, default=10, help="requests at concurrency 1, per round")
     p.add_argument("--concurrency", type=int, default=32)
-    p.add_argument("--rounds", type=int, default=5, help="rounds (each: the c=1 requests, then N at once)")
+    p.add_argument("--rounds", type=int, default=5, help="rounds (each: the c=1 requests, then N users)")
+    p.add_argument(
+        "--per-user",
+        type=int,
+        default=4,
+        help="requests each of the N users sends back to back (closed loop); 1: one burst of N",
+    )
     p.add_argument("--worker-cpu", default=None, help="the worker's core (default: the last one)")
     p.add_argument("--log-dir", default="/tmp/nightjar-overhead")
     p.add_argument("--json", default=None, help="also write the figures here")
@@ -300,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"model {args.model}, {args.tokens} output tokens, greedy, γ = 0; worker on core {worker_cpu}, "
         f"client/gateway/planner/Redis on {rest}; {args.rounds} rounds in turns of {args.requests} requests "
-        f"at c=1 and {args.concurrency} at once; load average {load_before} before, {load_average()} after"
+        f"at c=1 and {args.concurrency} users × {args.per_user} back to back; load average {load_before} before, {load_average()} after"
     )
     n = args.concurrency
     print(

@@ -62,8 +62,11 @@ async def capacity(store: JobStore, job_id: str | None, requested: str | None = 
             )
         if bound not in lens:
             return Capacity(bound, 0)
-    live = {w.model for w in await store.workers(store.settings.worker_timeout_s)}
     name = requested or ""
+    if name in lens:  # the common case: no second read of the heartbeats
+        known = [n for n in lens[name] if n > 0]
+        return Capacity(name, min(known) if known else 0)
+    live = {w.model for w in await store.workers(store.settings.worker_timeout_s)}
     if not name:
         choices = sorted(lens) or sorted(live)
         if len(choices) > 1:

@@ -25,6 +25,18 @@ def run(args: argparse.Namespace) -> int:
     return handler(args)
 
 
+def _settle_heap() -> None:
+    """Collect once and freeze what is left: the modules, the model and the engine built at
+    start are never scanned again, so a full collection no longer walks ~360k objects (about
+    190 ms on this CPU, 7-9 times in a 2-minute serving benchmark) in the middle of serving.
+    Call it just before serving, once everything long-lived exists (SGLang and vLLM do the
+    same after start-up). Only a process of its own: frozen garbage cycles are never freed."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def _gateway_app(args: argparse.Namespace) -> Any:
     import os
 
@@ -125,25 +137,31 @@ def _up(args: argparse.Namespace) -> int:
     worker = _worker_service(args)
     server = http_server(_gateway_app(args), args.host, args.port, args.log_level)
     log.info("nightjar up: gateway at http://%s:%d, Redis %s", args.host, args.port, args.redis_url)
+    _settle_heap()
     anyio.run(run_services, [planner], server, [worker])
     return 0
 
 
 def _gateway(args: argparse.Namespace) -> int:
     server = http_server(_gateway_app(args), args.host, args.port, args.log_level)
+    _settle_heap()
     anyio.run(run_services, [], server)
     return 0
 
 
 def _worker(args: argparse.Namespace) -> int:
-    anyio.run(run_services, [], None, [_worker_service(args)])
+    worker = _worker_service(args)
+    _settle_heap()
+    anyio.run(run_services, [], None, [worker])
     return 0
 
 
 def _planner(args: argparse.Namespace) -> int:
     if args.planner_command == "use":
         return _planner_use(args)
-    anyio.run(run_services, [_planner_service(args)])
+    planner = _planner_service(args)
+    _settle_heap()
+    anyio.run(run_services, [planner])
     return 0
 
 
