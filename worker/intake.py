@@ -20,7 +20,9 @@ from shared.streams import Entry, ensure_group, entries, id_str
 
 
 class JobIntake:
-    def __init__(self, r: aioredis.Redis, consumer: str, claim_idle_s: float, *, model: str) -> None:
+    def __init__(
+        self, r: aioredis.Redis, consumer: str, claim_idle_s: float, *, model: str, autoclaim_s: float = 0.0
+    ) -> None:
         self.r = r
         self.consumer = consumer
         self.model = model
@@ -29,6 +31,8 @@ class JobIntake:
         self.claim_idle_ms = int(claim_idle_s * 1000)
         self._own_cursor: str | None = "0"  # None once this consumer's old entries are all read
         self._claim_cursor = "0-0"
+        self.autoclaim_s = autoclaim_s  # the sweep's period (0: every call sweeps)
+        self._claim_due = float("-inf")  # monotonic time of the next sweep
 
     async def setup(self) -> None:
         await ensure_group(self.r, self.stream, keys.JOBS_GROUP)
@@ -58,7 +62,12 @@ class JobIntake:
         return entries(resp)
 
     async def autoclaim(self, count: int) -> list[Entry]:
-        """Take over up to ``count`` entries idle past the claim limit on any consumer."""
+        """Take over up to ``count`` entries idle past the claim limit on any consumer: a
+        sweep at most every ``autoclaim_s`` (no round trip in between), except that a sweep
+        which did not reach the stream's end is continued at the next call."""
+        now = time.monotonic()
+        if now < self._claim_due:
+            return []
         resp = await self.r.xautoclaim(
             self.stream,
             keys.JOBS_GROUP,
@@ -69,6 +78,8 @@ class JobIntake:
         )
         cursor, claimed = resp[0], resp[1]
         self._claim_cursor = cursor.decode() if isinstance(cursor, bytes) else str(cursor)
+        if self._claim_cursor == "0-0":  # the sweep reached the end: the next one is due later
+            self._claim_due = now + self.autoclaim_s
         return [(eid, fields) for eid, fields in claimed if fields is not None]
 
     async def ack(self, *entry_ids: bytes) -> None:

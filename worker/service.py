@@ -69,7 +69,9 @@ class WorkerService:
         self.model_name = s.model_name or Path(s.model_dir).name
         self.max_model_len = self.engine.max_model_len
         self.running = RunningJobs(s.max_jobs)
-        self.intake = JobIntake(self.r, s.worker_id, s.claim_idle_s, model=self.model_name)
+        self.intake = JobIntake(
+            self.r, s.worker_id, s.claim_idle_s, model=self.model_name, autoclaim_s=s.autoclaim_s
+        )
         self.leases = Leases(self.r, s.worker_id, s.result_ttl_s, model=self.model_name)
         self.decisions = DecisionFollower(self.r, self.engine, s.worker_id, s.decision_check_s, s.block_ms)
         self.telemetry = TelemetryPublisher(self.r, s.worker_id, s.lag_refresh_s, model=self.model_name)

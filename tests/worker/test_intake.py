@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import redis.asyncio as aioredis
 
@@ -40,6 +42,30 @@ async def test_autoclaim_takes_over_idle_entries_of_a_dead_consumer(r: aioredis.
         p["consumer"] for p in await r.xpending_range(keys.jobs_stream(M), keys.JOBS_GROUP, "-", "+", 10)
     }
     assert owners == {b"alive"}
+
+
+async def test_autoclaim_sweeps_at_most_once_a_period(r: aioredis.Redis) -> None:
+    ids = await _fill(r, 3)
+    dead = JobIntake(r, "dead", claim_idle_s=30, model=M)
+    await dead.setup()
+    await dead.read_new(3, None)
+    calls = 0
+    xautoclaim = r.xautoclaim
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return await xautoclaim(*args, **kwargs)
+
+    r.xautoclaim = counted  # type: ignore[method-assign]  # (tests are not type-checked in CI)
+    sweeper = JobIntake(r, "alive", claim_idle_s=0, model=M, autoclaim_s=3600)
+    # A sweep that stops short of the stream's end (count 2 of 3) goes on at the next call ...
+    assert [e for e, _ in await sweeper.autoclaim(2)] == ids[:2]
+    assert [e for e, _ in await sweeper.autoclaim(2)] == ids[2:]
+    # ... one that reached the end waits for its period: no round trip in between.
+    assert calls == 2
+    assert await sweeper.autoclaim(2) == []
+    assert calls == 2
 
 
 async def test_dead_letter_keeps_the_entry_and_reason_and_acks(r: aioredis.Redis) -> None:
