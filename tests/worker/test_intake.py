@@ -57,7 +57,7 @@ async def test_autoclaim_sweeps_at_most_once_a_period(r: aioredis.Redis) -> None
         calls += 1
         return await xautoclaim(*args, **kwargs)
 
-    r.xautoclaim = counted  # type: ignore[method-assign]  # (tests are not type-checked in CI)
+    r.xautoclaim = counted  # type: ignore[method-assign]
     sweeper = JobIntake(r, "alive", claim_idle_s=0, model=M, autoclaim_s=3600)
     # A sweep that stops short of the stream's end (count 2 of 3) goes on at the next call ...
     assert [e for e, _ in await sweeper.autoclaim(2)] == ids[:2]
