@@ -205,6 +205,13 @@ class ServedRow:
         samples.client_cpu_s_cn.append(time.process_time() - k0)
 
 
+def _client(base_url: str, concurrency: int) -> httpx.AsyncClient:
+    """The load client: one kept-alive connection per user (httpx keeps 20 by default, so
+    at 32 users a third of the requests would open a new connection)."""
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    return httpx.AsyncClient(base_url=base_url, timeout=600, limits=limits)
+
+
 @asynccontextmanager
 async def embedded(args: argparse.Namespace, cpu: str) -> AsyncIterator[ServedRow]:
     """``nightjar up`` as its own process on the worker's core."""
@@ -219,7 +226,7 @@ async def embedded(args: argparse.Namespace, cpu: str) -> AsyncIterator[ServedRo
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300
-        async with httpx.AsyncClient(base_url=base, timeout=600) as c:
+        async with _client(base, args.concurrency) as c:
             while True:
                 if proc.poll() is not None:
                     raise RuntimeError(f"nightjar up exited ({proc.returncode}); see {log.name}")
@@ -255,7 +262,7 @@ async def three_processes(args: argparse.Namespace, cpu: str) -> AsyncIterator[S
         others = _pids(f"{base} (gateway|planner) .*--redis-url {args.redis_url}")
         redis_pid = await trio.redis.info("server")
         others.append(int(redis_pid["process_id"]))
-        async with httpx.AsyncClient(base_url=trio.base_url, timeout=600) as c:
+        async with _client(trio.base_url, args.concurrency) as c:
             yield ServedRow(c, args.tokens, worker, others)
 
 
@@ -325,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"model {args.model}, {args.tokens} output tokens, greedy, γ = 0; worker on core {worker_cpu}, "
         f"client/gateway/planner/Redis on {rest}; {args.rounds} rounds in turns of {args.requests} requests "
-        f"at c=1 and {args.concurrency} users × {args.per_user} back to back; load average {load_before} before, {load_average()} after"
+        f"at c=1 and {args.concurrency} users × {args.per_user} back to back; "
+        f"load average {load_before} before, {load_average()} after"
     )
     n = args.concurrency
     print(

@@ -62,7 +62,7 @@ async def capacity(store: JobStore, job_id: str | None, requested: str | None = 
             )
         if bound not in lens:
             return Capacity(bound, 0)
-    name = requested or ""
+    name = requested or (next(iter(lens)) if len(lens) == 1 else "")
     if name in lens:  # the common case: no second read of the heartbeats
         known = [n for n in lens[name] if n > 0]
         return Capacity(name, min(known) if known else 0)

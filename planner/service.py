@@ -74,7 +74,7 @@ class PlannerService:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(every, 1.0, self.write_status, "status")
                 tg.start_soon(every, self.settings.profile_check_s, self.read_profile, "cost profile")
-                tg.start_soon(keep_running, "telemetry", self.read_telemetry)
+                tg.start_soon(keep_running, "telemetry", self._gather_telemetry)
                 tg.start_soon(keep_running, "control", self.read_control)
                 tg.start_soon(every, self.settings.decide_s, self.decide, "decide")
         finally:
@@ -85,6 +85,10 @@ class PlannerService:
                     await self.slot.save_state()
                 except (RedisError, OSError) as exc:
                     log.warning("planner state not saved: %s", exc)
+
+    async def _gather_telemetry(self) -> None:
+        if await self.read_telemetry() < self.settings.batch:
+            await anyio.sleep(self.settings.gather_s)  # let the next steps' telemetry gather
 
     async def read_telemetry(self, block_ms: int | None = -1) -> int:
         """Feed one batch of telemetry to the policy, then decide; returns the batch size."""
