@@ -141,14 +141,35 @@ def load_feature_runner(path: str | Path, target: ModelRunner, block_size: int) 
 
 
 class _Pending:
-    """Real features of positions ``start ..`` that the drafter's cache does not hold yet."""
+    """Real features of positions ``start ..`` that the drafter's cache does not hold yet.
+
+    Rows arrive a few at a time (a decode step's one row per sequence): they are kept as a list
+    of chunks and joined only when read, so a step that only observes appends in O(1) instead
+    of copying every row held so far (the rows are the forward's own tensors, not copies: every
+    feature drafter of the pool holds the same ones, and none writes to them)."""
 
     def __init__(self, start: int, rows: torch.Tensor) -> None:
-        self.start, self.rows = start, rows
+        self.start = start
+        self._chunks = [rows]
+        self.size = int(rows.shape[0])
+
+    @property
+    def rows(self) -> torch.Tensor:
+        if len(self._chunks) > 1:
+            self._chunks = [torch.cat(self._chunks)]
+        return self._chunks[0]
+
+    @rows.setter
+    def rows(self, value: torch.Tensor) -> None:
+        self._chunks, self.size = [value], int(value.shape[0])
+
+    def append(self, rows: torch.Tensor) -> None:
+        self._chunks.append(rows)
+        self.size += int(rows.shape[0])
 
     @property
     def end(self) -> int:
-        return self.start + self.rows.shape[0]
+        return self.start + self.size
 
 
 class FeatureDrafter(ModelDrafter):
@@ -189,20 +210,22 @@ class FeatureDrafter(ModelDrafter):
             p = None
         elif p is not None and start < p.end:
             p.rows = p.rows[: max(0, start - p.start)]
-        if p is None or p.rows.shape[0] == 0:
-            self.pending[seq_id] = _Pending(start, rows.clone())
+        if p is None or p.size == 0:
+            p = self.pending[seq_id] = _Pending(start, rows)
         else:
-            p.rows = torch.cat([p.rows, rows])
-        q = self.pending[seq_id]
-        if q.rows.shape[0] > self.max_pending:  # bounded: drop the oldest, restart the context
-            drop = q.rows.shape[0] - self.max_pending
-            q.start, q.rows = q.start + drop, q.rows[drop:].clone()
+            p.append(rows)
+        if p.size > self.max_pending:
+            # Bounded: keep the newest half, restart the context there. The drafter falls this
+            # far behind only while it does not draft (γ = 0, or another drafter drafts), so
+            # this also bounds its catch-up at the next switch to max_pending entries.
+            keep = max(1, self.max_pending // 2)
+            p.start, p.rows = p.end - keep, p.rows[-keep:].clone()
             self.free_cache(seq_id)
-            self.base[seq_id], self.real[seq_id] = q.start, 0
+            self.base[seq_id], self.real[seq_id] = p.start, 0
 
     def pending_rows(self, seq_id: str) -> int:
         p = self.pending.get(seq_id)
-        return 0 if p is None else int(p.rows.shape[0])
+        return 0 if p is None else p.size
 
     # ------------------------------------------------------------------ the Drafter API
 

@@ -7,6 +7,13 @@ in the scheduler, then ``draft`` appends each sequence's drafts to its tokens. A
 target forward and verification, ``rollback`` drops rejected drafts from every drafter and
 ``feedback`` computes the acceptance of the active drafter (realised) and of every other one
 (counterfactual) for telemetry.
+
+Where nothing pays, a policy runs γ = 0 and now and then one speculative step (exploring).
+Such a step already pays the catch-up of the drafters that draft (every position they missed,
+prompts of sequences that arrived meanwhile included); scoring every other drafter on it would
+make each of them catch up too, for one step's counterfactual. So the first speculative step
+after γ = 0 scores nobody: scoring starts with the second one in a row, when speculation is
+seen to stay on (``Feedback.deferred``).
 """
 
 from __future__ import annotations
@@ -35,12 +42,15 @@ class Feedback:
     seconds: float = 0.0  # counterfactual scoring
     drafts: int = 0  # sequences whose drafts were verified
     per_pos: list[int] = field(default_factory=list)  # accepted drafts at each draft position
+    deferred: bool = False  # the first speculative step after γ = 0: no counterfactual scored
 
 
 class Speculator:
     def __init__(self, pool: DrafterPool | None, memory: ElasticMemory, max_gamma: int) -> None:
         self.pool, self.memory, self.max_gamma = pool, memory, max_gamma
         self._decision: Decision | None = None  # of the step being drafted: its drafter scope
+        self._idle = False  # the last decoding step ran γ = 0 (the drafters fell behind)
+        self._resumed = False  # this step drafts right after γ = 0: its feedback scores nobody
 
     def choose(self, decision: Decision | None, batch: int) -> tuple[int, Drafter | None]:
         """γ and the drafter (per-request scope: every new sequence's first drafter)."""
@@ -63,7 +73,9 @@ class Speculator:
             return DraftRound()
         if drafter is None:
             self.pool.last_active = None  # γ = 0 ran: every drafter falls behind
+            self._idle, self._resumed = True, False
             return DraftRound()
+        self._resumed, self._idle = self._idle, False
         groups = self._groups(drafter, decoding)
         out = DraftRound()
         for name, group in groups.items():
@@ -142,8 +154,9 @@ class Speculator:
             # for drafts and got none counts one miss, as the counterfactual would.
             judged = min(len(v.emitted), k) if k else int(v.drafted.requested > 0)
             counts.append({v.drafted.drafter: (len(v.emitted) - 1.0, judged)})
-        seconds = 0.0
-        if self.pool.due():
+        seconds, deferred = 0.0, self._resumed
+        self._resumed = False
+        if not deferred and self.pool.due():
             t0 = time.perf_counter()
             seqs = [v.seq for v in drafted]
             starts = [v.drafted.start for v in drafted if v.drafted is not None]
@@ -160,4 +173,4 @@ class Speculator:
         for v in drafted:
             for pos in range(min(len(v.emitted) - 1, len(per_pos))):
                 per_pos[pos] += 1
-        return Feedback(accepted, rates, seconds, len(drafted), per_pos)
+        return Feedback(accepted, rates, seconds, len(drafted), per_pos, deferred)

@@ -97,8 +97,12 @@ def test_catch_up_and_prefix_start(target_dir: Path, tmp_path: Path) -> None:
     d.observe("p", 30, feats[30:35])
     assert d.base["p"] == 30 and d.real["p"] == 0
     small = drafter(target_dir, head_dir, max_pending=6)
-    small.observe("c", 0, feats[:20])
-    assert small.pending_rows("c") == 6 and small.base["c"] == 14
+    small.observe("c", 0, feats[:20])  # past the bound: the newest half stays
+    assert small.pending_rows("c") == 3 and small.base["c"] == 17
+    for p in range(20, 24):  # then one row a step (γ = 0): never more than the bound
+        small.observe("c", p, feats[p : p + 1])
+        assert small.pending_rows("c") <= 6 and small.base["c"] + small.pending_rows("c") == p + 1
+    assert small.catch_up([seq(tokens[:26], "c")]).tokens <= 6
 
 
 def test_sampled_drafts_carry_q_over_the_drafters_vocabulary(target_dir: Path, tmp_path: Path) -> None:
