@@ -27,6 +27,14 @@ from worker.prompts import PromptEncoder
 
 log = logging.getLogger(__name__)
 
+# Entries of at most this many bytes in all are tokenized on the event loop (well under a
+# millisecond); bigger ones in a thread, so that the loop never waits on a huge prompt.
+INLINE_ENCODE_BYTES = 16_384
+
+
+def _size(fields: dict[Any, Any]) -> int:
+    return sum(len(v) for v in fields.values() if isinstance(v, bytes | str))
+
 
 def context_length_message(max_len: int, prompt: int, completion: int) -> str:
     """OpenAI's wording, which clients (LiteLLM, LangChain) recognise."""
@@ -85,7 +93,11 @@ class Admission:
                 await self._reject(entry_id, fields, reason, job.job_id, lease)
             else:
                 started.append((entry_id, job, lease, attempt))
-        encoded = await anyio.to_thread.run_sync(self._encode_all, [job for _, job, _, _ in started])
+        jobs = [job for _, job, _, _ in started]
+        if sum(_size(fields) for _, fields, _ in decoded) <= INLINE_ENCODE_BYTES:
+            encoded = self._encode_all(jobs)  # short prompts: a thread hand-off costs more
+        else:  # a long prompt must not stall the event loop (a 10 MB one took 15 s)
+            encoded = await anyio.to_thread.run_sync(self._encode_all, jobs)
         runs: list[JobRun] = []
         for (entry_id, job, lease, attempt), prompt_ids in zip(started, encoded, strict=True):
             if isinstance(prompt_ids, Exception):  # a template or tokenizer failure is the request's fault

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ import redis.asyncio as aioredis
 from shared import codec, jobs, keys
 from shared.schemas import FinishEvent, JobRequest, SamplingParams, StartEvent
 from shared.streams import ensure_group
-from worker.admission import Admission
+from worker.admission import INLINE_ENCODE_BYTES, Admission
 from worker.intake import JobIntake
 from worker.leases import Leases
 from worker.prompts import PromptEncoder
@@ -62,3 +63,29 @@ async def test_a_burst_of_entries_is_admitted_together_and_each_odd_one_alone(
     pending = await r.xpending_range(keys.jobs_stream(M), keys.JOBS_GROUP, "-", "+", 10)
     assert len(pending) == 2  # a and b are held; done, gone and the malformed one answered
     assert await admission.cancelled_many(["a", "gone"]) == [False, True]
+
+
+async def test_short_prompts_are_tokenized_on_the_loop_and_long_ones_in_a_thread(
+    r: aioredis.Redis, prompts: PromptEncoder
+) -> None:
+    intake = JobIntake(r, "w1", 30.0, model=M)
+    await intake.setup()
+    leases = Leases(r, "w1", 60, model=M)
+    admission = Admission(r, intake, leases, prompts, "w1", max_deliveries=3, max_model_len=0)
+    threads: list[str] = []
+    real_encode = prompts.encode
+
+    def encode(job: JobRequest) -> list[int]:
+        threads.append(threading.current_thread().name)
+        return real_encode(job)
+
+    prompts.encode = encode  # type: ignore[method-assign]
+    long_prompt = "word " * (INLINE_ENCODE_BYTES // 4)
+    for job_id, prompt in [("short", "Once upon a time"), ("long", long_prompt)]:
+        await r.hset(keys.job_key(M, job_id), jobs.STATUS, "queued")
+        job = JobRequest(job_id=job_id, prompt=prompt, params=SamplingParams(max_tokens=4))
+        await r.xadd(keys.jobs_stream(M), codec.entry(job))
+        (run,) = await admission.take_many(await intake.read_new(1, None))
+        assert run.job_id == job_id and len(run.prompt_ids) > 0
+    main = threading.current_thread().name
+    assert threads[0] == main and threads[1] != main, threads
