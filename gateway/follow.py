@@ -80,7 +80,7 @@ async def _race(request: Request, work: Callable[[], Awaitable[T]], timeout_s: f
 
 
 async def final_event(store: JobStore, job_id: str, until: float | None = None) -> FinishEvent | ErrorEvent:
-    async for ev in store.events(job_id, block_s=store.settings.keepalive_s, until=until):
+    async for ev in store.events(job_id, block_s=store.settings.keepalive_s, until=until, final_only=True):
         if ev is not None and isinstance(ev.msg, FinishEvent | ErrorEvent):
             return ev.msg
     # Over without a final event on the stream (it expired): the job record has the result.

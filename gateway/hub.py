@@ -8,8 +8,15 @@ a step of 32 jobs cost ~1,000 wake-ups. The hub instead runs one task per model 
 so the read stays in one Redis Cluster slot) plus a small wake stream of its own, written
 when a new stream is followed so that the blocked read starts over including it.
 
+A reader that wants only a job's final event (a non-streaming request) follows the model's
+finished stream instead (``keys.finished_stream``: the worker adds the job id with the final
+event): its job's token events then wake nothing, and a burst of such requests needs no
+wake either once the read covers that stream. When its job's id comes by, the hub fetches
+the job's last event (the final one) for it.
+
 ``Subscription.read(after, block_ms)`` answers like an ``XREAD`` of one stream: the entries
-after ``after``, waiting up to ``block_ms`` (None: no wait) for the first.
+after ``after``, waiting up to ``block_ms`` (None: no wait) for the first (for a final-only
+reader, only the final entry ever comes).
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import anyio
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from shared import keys
+from shared import jobs, keys
 from shared.streams import Entry, entries, id_str
 
 log = logging.getLogger(__name__)
@@ -57,8 +64,9 @@ def _after(entry_id: str, cursor: str) -> bool:
 class Subscription:
     """The entries of one stream that the hub delivered, for one reader."""
 
-    def __init__(self, hub: EventHub, model: str, stream: str) -> None:
+    def __init__(self, hub: EventHub, model: str, stream: str, final_of: str | None = None) -> None:
         self.hub, self.model, self.stream = hub, model, stream
+        self.final_of = final_of  # a job id: only that job's final event is wanted
         self.cursor = "0-0"  # the newest id the hub has read for this reader
         self._buffer: deque[Entry] = deque()
         self._arrived = anyio.Event()
@@ -116,15 +124,24 @@ class EventHub:
         self._running: set[str] = set()  # models whose reader task runs
         self._woken: set[str] = set()  # models whose reader was woken and has not started over yet
         self._tasks: set[asyncio.Task[None]] = set()
+        self._finished: dict[str, str] = {}  # model -> cursor on its finished stream
+        self._covering: set[str] = set()  # models whose read in flight covers that stream
 
-    def subscribe(self, model: str, stream: str) -> Subscription:
-        return Subscription(self, model, stream)
+    def subscribe(self, model: str, stream: str, final_of: str | None = None) -> Subscription:
+        """A reader of ``stream``; with ``final_of`` (its job's id), of the final event only."""
+        return Subscription(self, model, stream, final_of)
 
     async def follow(self, sub: Subscription) -> None:
+        final_only = sub.final_of is not None
+        if final_only and sub.model not in self._finished:
+            # From here on: a job that ends after the check below is read past this cursor.
+            self._finished[sub.model] = await self._newest_finished(sub.model)
         self._subs.setdefault(sub.model, set()).add(sub)
         if sub.model not in self._running:
             self._running.add(sub.model)
             self._spawn(sub.model)
+        elif final_only and sub.model in self._covering:
+            pass  # the blocked read already covers the finished stream: nothing to wake
         elif sub.model not in self._woken:  # the blocked read must start over with this stream
             # One wake until the reader starts over: the followers that come meanwhile (a
             # burst of requests) are in its next read too.
@@ -138,6 +155,36 @@ class EventHub:
             except BaseException:
                 self._woken.discard(sub.model)  # not woken: the next follower tries again
                 raise
+        if final_only:
+            await self._final_if_ended(sub)  # it may have ended before the read covered it
+
+    async def _newest_finished(self, model: str) -> str:
+        got = await self.r.xrevrange(keys.finished_stream(model), count=1)
+        return id_str(got[0][0]) if got else "0-0"
+
+    async def _final_if_ended(self, sub: Subscription) -> None:
+        assert sub.final_of is not None
+        status = await self.r.hget(keys.job_key(sub.model, sub.final_of), jobs.STATUS)
+        try:
+            ended = jobs.status_of(status) in jobs.TERMINAL
+        except ValueError:
+            ended = False
+        if ended:
+            await self._deliver_finals([sub])
+
+    async def _deliver_finals(self, subs: list[Subscription]) -> None:
+        """Each reader's job's last event (its final one), in one round trip."""
+        try:
+            async with self.r.pipeline(transaction=False) as pipe:
+                for s in subs:
+                    pipe.xrevrange(s.stream, count=1)
+                replies = await pipe.execute()
+        except (RedisError, OSError) as exc:
+            for s in subs:
+                s.fail(exc)
+            return
+        for s, got in zip(subs, replies, strict=True):
+            s.deliver(list(got))
 
     def unfollow(self, sub: Subscription) -> None:
         subs = self._subs.get(sub.model)
@@ -166,8 +213,14 @@ class EventHub:
             self._woken.discard(model)  # this read includes every follower so far
             cursors: dict[Any, Any] = {}
             for s in subs:
+                if s.final_of is not None:
+                    continue
                 cur = cursors.get(s.stream)
                 cursors[s.stream] = s.cursor if cur is None or _after(cur, s.cursor) else cur
+            finished = keys.finished_stream(model)
+            if len(cursors) < len(subs):  # final-only readers: the finished stream instead
+                cursors[finished] = self._finished[model]
+                self._covering.add(model)
             try:
                 resp = await self.r.xread({**cursors, wake: wake_cursor}, count=256, block=BLOCK_MS)
                 backoff = 0.1
@@ -178,14 +231,31 @@ class EventHub:
                 await anyio.sleep(backoff)
                 backoff = min(2.0, backoff * 2)
                 continue
+            finally:
+                self._covering.discard(model)
             by_stream = _by_stream(resp)
             for stream, got in by_stream.items():
                 if stream == wake:
                     wake_cursor = id_str(got[-1][0])
-                    continue
-                for s in subs:
-                    if s.stream == stream:
-                        s.deliver(got)
+                elif stream == finished:
+                    self._finished[model] = id_str(got[-1][0])
+                    await self._ended(model, got)
+                else:
+                    for s in subs:
+                        if s.stream == stream:
+                            s.deliver(got)
+
+    async def _ended(self, model: str, got: list[Entry]) -> None:
+        """Jobs that ended: the final event of each followed by a final-only reader (every
+        such reader now, not only those of this read: one may have come meanwhile)."""
+        done = {_text(fields.get(b"j")) for _, fields in got}
+        waiting = [s for s in self._subs.get(model, ()) if s.final_of is not None and s.final_of in done]
+        if waiting:
+            await self._deliver_finals(waiting)
+
+
+def _text(raw: object) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
 def _by_stream(resp: Any) -> dict[str, list[Entry]]:

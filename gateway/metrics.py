@@ -127,15 +127,29 @@ class MeteredStore(JobStore):
         return got
 
     async def events(
-        self, job_id: str, after: str = "0-0", block_s: float = 15.0, until: float | None = None
+        self,
+        job_id: str,
+        after: str = "0-0",
+        block_s: float = 15.0,
+        until: float | None = None,
+        *,
+        final_only: bool = False,
     ) -> AsyncIterator[StoredEvent | None]:
         seen: list[StoredEvent] | None = [] if after == "0-0" else None
-        async for ev in super().events(job_id, after, block_s, until):
+        async for ev in super().events(job_id, after, block_s, until, final_only=final_only):
             if ev is not None and seen is not None:
                 seen.append(ev)
             if ev is not None and isinstance(ev.msg, FinishEvent | ErrorEvent):
+                if final_only and seen is not None and job_id not in self._observed:
+                    seen = await self._history(job_id) or seen  # the timeline: one read at the end
                 await self.observe(job_id, ev.msg, seen, _entry_time(ev.id))
             yield ev
+
+    async def _history(self, job_id: str) -> list[StoredEvent]:
+        try:
+            return await self.history(job_id)
+        except (RedisError, OSError):
+            return []
 
     async def info(self, job_id: str, owner: str = "") -> dict[str, Any]:
         out = await super().info(job_id, owner)

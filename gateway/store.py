@@ -203,9 +203,16 @@ class JobStore:
         return status is None or status in jobs.TERMINAL
 
     async def events(
-        self, job_id: str, after: str = "0-0", block_s: float = 15.0, until: float | None = None
+        self,
+        job_id: str,
+        after: str = "0-0",
+        block_s: float = 15.0,
+        until: float | None = None,
+        *,
+        final_only: bool = False,
     ) -> AsyncIterator[StoredEvent | None]:
-        """The job's events from just after ``after``, live, until its final one.
+        """The job's events from just after ``after``, live, until its final one (with
+        ``final_only``, as a rule only that one: see gateway/hub.py).
 
         Yields None whenever ``block_s`` passes without an event (time for a keep-alive),
         and by ``until`` (an ``anyio.current_time()`` deadline) at the latest.
@@ -217,12 +224,27 @@ class JobStore:
             return
         stream = keys.job_events(model, job_id)
         ended = await self.ended(job_id)
-        sub = self.hub.subscribe(model, stream)  # one blocked read for all followed streams
+        # One blocked read for all followed streams.
+        sub = self.hub.subscribe(model, stream, job_id if final_only else None)
         try:
             async for item in self._follow(job_id, sub, after, ended, block_s, until):
                 yield item
         finally:
             sub.close()
+
+    async def history(self, job_id: str) -> list[StoredEvent]:
+        """Every event the job's stream holds now, in order (one read, not live)."""
+        model = await self.model_of(job_id)
+        if model is None:
+            return []
+        out = []
+        got: list[Any] = await self.r.xrange(keys.job_events(model, job_id)) or []
+        for entry_id, fields in got:
+            try:
+                out.append(StoredEvent(id_str(entry_id), codec.from_entry(fields)))
+            except codec.CodecError:
+                continue
+        return out
 
     async def _follow(
         self, job_id: str, sub: Subscription, after: str, ended: bool, block_s: float, until: float | None

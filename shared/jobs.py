@@ -69,8 +69,15 @@ def add_result(
     *,
     model: str,
 ) -> None:
-    """Queue the final event on the job's stream and in its hash, in ``pipe``."""
+    """Queue the final event on the job's stream and in its hash, and the job's entry on
+    the model's finished stream, in ``pipe`` (as the worker's write script does)."""
     add_events(pipe, event.job_id, [event], ttl_s, model=model)
     key = keys.job_key(model, event.job_id)
     pipe.hset(key, mapping={STATUS: terminal_status(event).value, RESULT: codec.encode(event)})
     pipe.expire(key, ttl_s)
+    pipe.xadd(
+        keys.finished_stream(model),
+        {b"j": event.job_id.encode()},
+        maxlen=keys.FINISHED_MAXLEN,
+        approximate=True,
+    )

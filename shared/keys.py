@@ -63,6 +63,16 @@ def job_cancel(model: str, job_id: str) -> str:
     return f"{_q(model)}job:{job_id}:cancel"
 
 
+def finished_stream(model: str) -> str:
+    """One entry (``j``: the job id) per job of the model that ended, written with its final
+    event (MAXLEN ~ ``FINISHED_MAXLEN``): a gateway waiting only for results reads this one
+    stream instead of every token event of every job (gateway/hub.py)."""
+    return _q(model) + "finished"
+
+
+FINISHED_MAXLEN = 10_000
+
+
 def gateway_wake(model: str, gateway_id: str) -> str:
     """A gateway's wake stream for the model: written when it starts following another job's
     events, so its one blocked read of them all starts over (gateway/hub.py)."""

@@ -44,20 +44,21 @@ end
 return out
 """
 
-# KEYS: the jobs stream, then per job its hash and events stream. ARGV: TTL, worker id,
-# group, n jobs, then two per job: a header ``lease seq ack status n len1 .. lenN`` (words:
-# the write number — a write at or below the hash's ``wseq`` was applied already and is
-# skipped, so a retry after a lost reply repeats nothing; 0 = none —, the entry id to ack
-# and the final status, ``-`` when not final, then the n events' byte lengths) and the n
-# events' bytes one after the other. A final write's last event is the final one, and the
-# job's result. One call writes a whole batch (a script call costs the embedded store ~1 ms,
-# whatever it does), in two arguments a job (packing each argument costs the client too).
-# Returns per job 1, or 0 (lost: nothing written for it).
+# KEYS: the jobs stream, the model's finished stream, then per job its hash and events
+# stream. ARGV: TTL, worker id, group, n jobs, then two per job: a header
+# ``lease seq ack status n len1 .. lenN job`` (words: the write number — a write at or below
+# the hash's ``wseq`` was applied already and is skipped, so a retry after a lost reply
+# repeats nothing; 0 = none —, the entry id to ack and the final status, ``-`` when not
+# final, the n events' byte lengths, the job id) and the n events' bytes one after the
+# other. A final write's last event is the final one, and the job's result; the job's id
+# then goes on the finished stream. One call writes a whole batch (a script call costs the
+# embedded store ~1 ms, whatever it does), in two arguments a job (packing each argument
+# costs the client too). Returns per job 1, or 0 (lost: nothing written for it).
 _WRITE = """
 local ttl, worker, group = ARGV[1], ARGV[2], ARGV[3]
 local out = {}
 for j = 1, tonumber(ARGV[4]) do
-  local hash, events = KEYS[2 * j], KEYS[2 * j + 1]
+  local hash, events = KEYS[2 * j + 1], KEYS[2 * j + 2]
   local h = {}
   for word in string.gmatch(ARGV[3 + 2 * j], '%S+') do h[#h + 1] = word end
   local blob = ARGV[4 + 2 * j]
@@ -83,6 +84,7 @@ for j = 1, tonumber(ARGV[4]) do
     if status ~= '-' then
       redis.call('HSET', hash, 'status', status, 'worker', worker, 'result', ev)
       redis.call('EXPIRE', hash, ttl)
+      redis.call('XADD', KEYS[2], 'MAXLEN', '~', FINISHED_MAXLEN, '*', 'j', h[6 + n])
     end
     if ack ~= '-' then
       redis.call('XACK', KEYS[1], group, ack)
@@ -92,7 +94,7 @@ for j = 1, tonumber(ARGV[4]) do
   end
 end
 return out
-"""
+""".replace("FINISHED_MAXLEN", str(keys.FINISHED_MAXLEN))
 
 # KEYS: job hashes... ARGV: jobs stream, group, consumer, n, then n (lease, entry id) pairs.
 # Renews the entries still held; returns the 1-based indexes of the jobs lost.
@@ -143,6 +145,7 @@ class Leases:
         self.worker_id = worker_id
         self.model = model  # every key a script touches carries this model's hash tag
         self.stream = keys.jobs_stream(model)
+        self.finished = keys.finished_stream(model)
         self.ttl_s = max(1, int(ttl_s))
         self._start = r.register_script(_START)
         self._write = r.register_script(_WRITE)
@@ -186,7 +189,7 @@ class Leases:
         return [bool(x) for x in cast(list[int], reply)]
 
     def _write_call(self, batch: list[JobWrite]) -> tuple[list[str], list[bytes | str | int]]:
-        script_keys = [self.stream]
+        script_keys = [self.stream, self.finished]
         args: list[bytes | str | int] = [self.ttl_s, self.worker_id, keys.JOBS_GROUP, len(batch)]
         for w in batch:
             script_keys += [keys.job_key(self.model, w.job_id), keys.job_events(self.model, w.job_id)]
@@ -217,5 +220,6 @@ class Leases:
             ack, status = id_str(w.entry_id), jobs.terminal_status(w.final).value
         else:
             ack = status = "-"
-        header = f"{w.lease} {w.seq} {ack} {status} {len(events)} " + " ".join(str(len(e)) for e in events)
+        lengths = " ".join(str(len(e)) for e in events)
+        header = f"{w.lease} {w.seq} {ack} {status} {len(events)} {lengths} {w.job_id}"
         return [header, b"".join(events)]

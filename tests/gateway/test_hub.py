@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import pytest
 import redis.asyncio as aioredis
 
 from gateway.hub import EventHub
-from shared import keys
+from shared import codec, jobs, keys
+from shared.schemas import FinishEvent, TokenEvent
 
 pytestmark = pytest.mark.anyio
 
@@ -22,6 +25,7 @@ def count_xreads(r: aioredis.Redis) -> list[int]:
 
     r.xread = counting  # type: ignore[method-assign]
     return n
+
 
 M = "tiny"
 
@@ -112,3 +116,76 @@ async def test_a_cursor_past_the_largest_stream_id_does_not_fail_the_shared_read
     assert got == [b"x"]
     hostile.close()
     plain.close()
+
+
+def _final(job_id: str) -> FinishEvent:
+    return FinishEvent(
+        job_id=job_id, finish_reason="stop", text="t", token_ids=[1], prompt_tokens=1, completion_tokens=1
+    )
+
+
+async def _tokens(r: aioredis.Redis, job_id: str, n: int) -> None:
+    for i in range(n):
+        async with r.pipeline(transaction=False) as pipe:
+            jobs.add_events(
+                pipe, job_id, [TokenEvent(job_id=job_id, index=i, token_ids=[1], text="t")], model=M
+            )
+            await pipe.execute()
+
+
+async def _finish(r: aioredis.Redis, job_id: str) -> None:
+    async with r.pipeline(transaction=False) as pipe:
+        jobs.add_result(pipe, _final(job_id), model=M)  # with its entry on the finished stream
+        await pipe.execute()
+
+
+async def _covering(hub: EventHub) -> None:
+    with anyio.fail_after(5):
+        while M not in hub._covering:  # the blocked read covers the finished stream
+            await anyio.sleep(0.005)
+
+
+async def test_final_only_readers_get_the_final_event_and_token_events_wake_nothing(
+    r: aioredis.Redis,
+) -> None:
+    hub = EventHub(r)
+    ids = [f"f{i}" for i in range(4)]
+    subs = {j: hub.subscribe(M, keys.job_events(M, j), final_of=j) for j in ids}
+    got: dict[str, list[Any]] = {}
+
+    async def follow(j: str) -> None:
+        got[j] = [codec.from_entry(f) for _, f in await subs[j].read("0-0", 5000)]
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follow, ids[0])
+            await _covering(hub)
+            xreads, wakes = count_xreads(r), await r.xlen(keys.gateway_wake(M, hub.id))
+            for j in ids[1:]:  # followers that come while the read covers the finished stream
+                tg.start_soon(follow, j)
+            for j in ids:
+                await _tokens(r, j, 5)  # 20 token writes: the hub's read is not woken by them
+            assert xreads[0] == 0
+            for j in ids:
+                await _finish(r, j)
+    assert await r.xlen(keys.gateway_wake(M, hub.id)) == wakes  # no follower woke the read
+    assert got == {j: [_final(j)] for j in ids}  # the final event alone, to each its own
+    assert xreads[0] <= len(ids)  # a read per finish at most, none per token
+
+
+async def test_a_final_only_reader_of_a_job_that_already_ended_gets_its_final(r: aioredis.Redis) -> None:
+    hub = EventHub(r)
+    await _tokens(r, "early", 2)
+    await _finish(r, "early")
+    other = hub.subscribe(M, keys.job_events(M, "other"), final_of="other")
+    late = hub.subscribe(M, keys.job_events(M, "early"), final_of="early")
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other.read, "0-0", 5000)  # the read covers the finished stream ...
+            await _covering(hub)
+            # ... from after the finish of "early": its reader finds it ended when it follows.
+            got = await late.read("0-0", 5000)
+            assert [codec.from_entry(f) for _, f in got] == [_final("early")]
+            await _finish(r, "other")
+    late.close()
+    other.close()
