@@ -11,6 +11,11 @@ all, ``--max-tokens`` each) under three schedules, interleaved over ``--rounds``
   every ``--every`` (the drafter named by the decision rotating between them), roughly the
   mixed phase's 97 % γ = 0 under nightjar.
 
+Each schedule has its own engine and they are stepped in turn (lockstep), so load from other
+processes hits them alike; prefix caching is off, so every round prefills fresh prompts. ``--gamma2``
+adds γ = 2 on every step (its acceptance shows what a ``--window``, the feature drafters'
+``max_pending``, costs).
+
 Prints tokens/s and its ratio to no-spec, and per step (ms): total, draft, verify, other
 (step − draft − verify), the catch-up inside draft (``switch_costs``) and the counterfactual
 scoring; the output of every schedule is checked equal to no-spec's (greedy: exact). Run on
@@ -176,7 +181,9 @@ def main() -> None:
     ap.add_argument("--gamma2", action="store_true", help="also run γ = 2 on every step (acceptance)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    opts = {"num_blocks": 512, "max_num_seqs": args.users}
+    # No prefix caching: every round prefills its prompts again (a cached prompt has no features,
+    # so a feature drafter would have less to catch up than on fresh traffic).
+    opts = {"num_blocks": 512, "max_num_seqs": args.users, "enable_prefix_caching": False}
     plain: Any = create_engine(args.model, drafters=[], ngram=False, **opts)  # an LLMEngine
     specs: list[Any] = [
         create_engine(args.model, drafters=args.drafters, ngram=True, **opts) for _ in range(2 + args.gamma2)

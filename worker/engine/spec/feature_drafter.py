@@ -15,9 +15,9 @@ half stays and the drafter's context restarts there) and freed with the sequence
 also the most a catch-up computes per sequence: features pile up only while the drafter does
 not draft (γ = 0, another drafter drafting, a prompt prefilled), and a policy exploring one
 speculative step after a long γ = 0 stretch would otherwise pay a forward over every position
-of every sequence, prompts included. 64 rows cost nothing measurable in acceptance on SmolLM2's
-heads (0.272 against 0.267 with 4096, ShareGPT at γ = 2, benchmarks/nothing_pays.py) and halve
-the drafter's work when speculation stays on (a new sequence's prompt). Positions
+of every sequence, prompts included. On SmolLM2's heads 64 rows keep the acceptance (0.273
+against 0.277 with 4096, ShareGPT at γ = 2, benchmarks/nothing_pays.py) and cut the drafters'
+work to 40 % when speculation stays on (a new sequence's prompt). Positions
 the target never computed (a prefix-cache hit, an exact repeat, the time the drafter was
 offloaded) have no features: the drafter's context then starts at the first feature it got
 (``base``), which costs acceptance, never exactness.
