@@ -164,13 +164,8 @@ class EventHub:
 
     async def _final_if_ended(self, sub: Subscription) -> None:
         assert sub.final_of is not None
-        status = await self.r.hget(keys.job_key(sub.model, sub.final_of), jobs.STATUS)
-        try:
-            ended = jobs.status_of(status) in jobs.TERMINAL
-        except ValueError:
-            ended = False
-        if ended:
-            await self._deliver_finals([sub])
+        if jobs.is_over(await self.r.hget(keys.job_key(sub.model, sub.final_of), jobs.STATUS)):
+            await self._deliver_finals([sub])  # (gone: its stream is empty, nothing comes)
 
     async def _deliver_finals(self, subs: list[Subscription]) -> None:
         """Each reader's job's last event (its final one), in one round trip."""
@@ -248,14 +243,10 @@ class EventHub:
     async def _ended(self, model: str, got: list[Entry]) -> None:
         """Jobs that ended: the final event of each followed by a final-only reader (every
         such reader now, not only those of this read: one may have come meanwhile)."""
-        done = {_text(fields.get(b"j")) for _, fields in got}
+        done = {id_str(fields.get(b"j", b"")) for _, fields in got}
         waiting = [s for s in self._subs.get(model, ()) if s.final_of is not None and s.final_of in done]
         if waiting:
             await self._deliver_finals(waiting)
-
-
-def _text(raw: object) -> str:
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
 def _by_stream(resp: Any) -> dict[str, list[Entry]]:

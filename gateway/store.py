@@ -195,12 +195,7 @@ class JobStore:
         model = await self.model_of(job_id)
         if model is None:
             return True
-        raw = await self.r.hget(keys.job_key(model, job_id), jobs.STATUS)
-        try:
-            status = jobs.status_of(raw)
-        except ValueError:
-            return False
-        return status is None or status in jobs.TERMINAL
+        return jobs.is_over(await self.r.hget(keys.job_key(model, job_id), jobs.STATUS))
 
     async def events(
         self,

@@ -75,10 +75,7 @@ async def capacity(store: JobStore, job_id: str | None, requested: str | None = 
                 f"model is required: this server serves {', '.join(choices)}",
                 param="model",
             )
-        name = choices[0] if choices else store.settings.default_model
-    if name in lens:
-        known = [n for n in lens[name] if n > 0]
-        return Capacity(name, min(known) if known else 0)
+        name = choices[0] if choices else store.settings.default_model  # (not in lens: it is empty)
     if store.settings.require_worker and (name in live or not live):
         # Its workers are all draining (it exists, takes no new jobs now), or none is live.
         raise APIError.of(

@@ -41,6 +41,16 @@ def status_of(raw: bytes | str | None) -> JobStatus | None:
     return JobStatus(raw.decode() if isinstance(raw, bytes) else raw)
 
 
+def is_over(raw: bytes | str | None) -> bool:
+    """Whether a job whose hash holds status ``raw`` is over: terminal, or gone (no hash: it
+    expired); an unknown status is not over."""
+    try:
+        status = status_of(raw)
+    except ValueError:
+        return False
+    return status is None or status in TERMINAL
+
+
 def terminal_status(event: FinishEvent | ErrorEvent) -> JobStatus:
     if isinstance(event, ErrorEvent):
         return JobStatus.FAILED

@@ -13,12 +13,8 @@ from worker.engine.kv_cache import bytes_per_block
 from worker.engine.model_config import ModelConfig
 from worker.engine.model_runner import ModelRunner
 from worker.engine.spec.drafter import Drafter
-from worker.engine.spec.feature_drafter import (
-    FeatureDrafter,
-    FeatureRunner,
-    is_feature_drafter,
-    load_feature_runner,
-)
+from worker.engine.spec.feature_drafter import FeatureDrafter
+from worker.engine.spec.feature_model import FeatureRunner, is_feature_drafter, load_feature_runner
 from worker.engine.spec.model_drafter import ModelDrafter
 from worker.engine.spec.ngram import NgramDrafter
 from worker.engine.weights import find_gguf, load_checkpoint

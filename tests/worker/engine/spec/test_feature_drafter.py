@@ -15,7 +15,8 @@ from tests.worker.engine.spec.feature_heads import make_head, target_features
 from training.eagle_head import EagleHead
 from worker.engine.loader import load_engine
 from worker.engine.sequence import Sequence
-from worker.engine.spec.feature_drafter import FeatureDrafter, is_feature_drafter, load_feature_runner
+from worker.engine.spec.feature_drafter import FeatureDrafter
+from worker.engine.spec.feature_model import is_feature_drafter, load_feature_runner
 
 
 @pytest.fixture(scope="module")
