@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from benchmarks.load.contents import ContentLibrary
 from shared.schemas import ALL_BATCHES, Decision, SamplingParams
 from worker.engine.api import EngineRequest
 from worker.engine_factory import create_engine
@@ -58,7 +59,12 @@ class Totals:
         self.parts[key] = self.parts.get(key, 0.0) + value
 
 
-def prompts(tokenizer: Any, n: int, max_prompt: int) -> list[list[int]]:
+def prompts(tokenizer: Any, n: int, max_prompt: int, content: str = "chat") -> list[list[int]]:
+    """``n`` prompts of at most ``max_prompt`` tokens: ShareGPT first turns in the chat template
+    (``chat``), or the regime benchmark's raw-text sources joined by ``+`` and alternated (e.g.
+    ``stories+code`` for nj-target)."""
+    if content != "chat":
+        return _raw_prompts(tokenizer, n, max_prompt, content.split("+"))
     rows = json.loads(DATA.read_text(encoding="utf-8"))
     out = []
     for row in rows:
@@ -73,6 +79,18 @@ def prompts(tokenizer: Any, n: int, max_prompt: int) -> list[list[int]]:
             out.append(list(ids))
         if len(out) == n:
             break
+    return out
+
+
+def _raw_prompts(tokenizer: Any, n: int, max_prompt: int, sources: list[str]) -> list[list[int]]:
+    library = ContentLibrary(DATA.parents[1])
+    pools = [iter(library.get(name)) for name in sources]
+    out: list[list[int]] = []
+    while len(out) < n:
+        for pool in pools:
+            ids = tokenizer.encode(next(pool).prompt)
+            if len(ids) <= max_prompt and len(out) < n:
+                out.append(list(ids))
     return out
 
 
@@ -174,6 +192,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--max-prompt", type=int, default=256)
+    ap.add_argument("--content", default="chat", help="chat (ShareGPT, chat template) or e.g. stories+code")
     ap.add_argument("--every", type=int, default=30, help="mostly0: one γ = 2 step in this many")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
@@ -194,7 +213,7 @@ def main() -> None:
     names = list(specs[0].spec.pool.drafters) if specs[0].spec.pool else []
     for e in specs:  # one engine per schedule: the schedules run step by step in lockstep
         COUNTS[id(e)] = count_drafter_tokens(e)
-    batch = prompts(plain.tokenizer, args.requests, args.max_prompt)
+    batch = prompts(plain.tokenizer, args.requests, args.max_prompt, args.content)
 
     def mostly0(step: int) -> Decision:
         if step % args.every == args.every - 1:

@@ -14,6 +14,13 @@ prompts of sequences that arrived meanwhile included); scoring every other draft
 make each of them catch up too, for one step's counterfactual. So the first speculative step
 after γ = 0 scores nobody: scoring starts with the second one in a row, when speculation is
 seen to stay on (``Feedback.deferred``).
+
+A catch-up is reported as a ``SwitchCostEvent`` (what the planner charges for turning
+speculation back on, and removes from the step's time) only where speculation resumes after
+γ = 0 or the batch's drafter changes. While drafters share the steps (per-request scope) each
+of them also catches up at every speculative step on what it has not seen — a new sequence's
+prompt, an accepted last draft — which only speculating costs: that stays in the step's time,
+so the bandit weighs it against plain decoding.
 """
 
 from __future__ import annotations
@@ -78,11 +85,15 @@ class Speculator:
         self._resumed, self._idle = self._idle, False
         groups = self._groups(drafter, decoding)
         out = DraftRound()
+        shared = len(groups) > 1 or self.per_request
         for name, group in groups.items():
             d = self.pool.drafters[name]
             seqs = [s.seq for s in group]
-            switch = self.pool.catch_up(d, seqs, always=len(groups) > 1 or self.per_request)
-            if switch is not None:
+            switch = self.pool.catch_up(d, seqs, always=shared)
+            # A switch cost only where speculation resumes or the drafter changes; otherwise
+            # (drafters sharing steps) it is what every speculative step costs: the prompts of
+            # new sequences, the last accepted draft, and it stays in the step's own time.
+            if switch is not None and (self._resumed or not shared):
                 out.switch_costs.append(switch)
             t0 = time.perf_counter()
             proposal = d.propose(seqs, [s.num_lookahead for s in group])

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from shared.experts import ExpertLearner
-from shared.schemas import ALL_BATCHES, Decision, SamplingParams
+from shared.schemas import ALL_BATCHES, Decision, SamplingParams, StepStats
 from worker.engine.api import EngineRequest
 from worker.engine.engine import LLMEngine
 from worker.engine.loader import load_engine
@@ -94,3 +94,46 @@ def test_a_mixed_batch_drafts_each_request_with_its_own_drafter_and_stays_exact(
     assert batch_got == reference
     assert not any(batch_used.values()) and all(len(s) == 1 for s in batch_shares)
     assert accepted > batch_accepted, (accepted, batch_accepted)
+
+
+def test_in_per_request_scope_only_resuming_speculation_is_a_switch_cost() -> None:
+    """A request that arrives while speculation runs costs its drafter a prompt catch-up at
+    the next step: part of that step's time (only speculating pays it), no SwitchCostEvent.
+    After a stretch of γ = 0 the first speculative step reports its catch-up as one."""
+    engine = _engine()
+    reference, _, _, _ = _run(engine, "batch", gamma=0)
+    tok = engine.tokenizer
+    params = SamplingParams(max_tokens=NEW, ignore_eos=True)
+    out: dict[str, list[int]] = {rid: [] for rid in PROMPTS}
+    later = ["story-1", "code-1"]
+
+    def step(version: int, gamma: int) -> StepStats:
+        engine.apply_decision(
+            Decision(version=version, policy="t", gamma_table=[(ALL_BATCHES, gamma)], drafter=PROSE,
+                     drafter_scope="request")
+        )  # fmt: skip
+        result = engine.step()
+        for o in result.outputs:
+            out[o.request_id] += o.new_token_ids
+        return result.stats
+
+    for rid in PROMPTS:
+        if rid not in later:
+            engine.add_request(EngineRequest(rid, tok.encode(PROMPTS[rid]), params))
+    stats = [step(v, 2) for v in range(1, 5)]  # prefill, then speculation from the start
+    assert all(s.gamma == 2 for s in stats[1:])
+    for rid in later:  # arrivals while speculation runs
+        engine.add_request(EngineRequest(rid, tok.encode(PROMPTS[rid]), params))
+    stats = [step(v, 2) for v in range(5, 9)]
+    drafted = [s for s in stats if s.gamma == 2 and s.batch_size == 4]
+    assert drafted and not any(s.switch_costs for s in stats), [s.switch_costs for s in stats]
+    for v in range(9, 15):  # a γ = 0 stretch, then speculation resumes
+        step(v, 0)
+    resumed = step(15, 2)
+    assert resumed.gamma == 2 and resumed.switch_costs
+    assert sum(e.tokens for e in resumed.switch_costs) > 0
+    v = 16
+    while engine.has_unfinished():
+        step(v, 2)
+        v += 1
+    assert out == reference  # the target's output alone
