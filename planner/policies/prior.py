@@ -15,6 +15,15 @@ deviations and ±``time_tol`` on the profile's step time; at γ = 0 only the tim
 There is no prediction (None) for γ beyond the rows the profile measured, or for γ > 0 when
 it measured no drafter.
 
+What only a speculative step costs beyond its forwards is not in the profile: scoring the
+other drafters on the verified tokens (HedgeSpec's counterfactuals), a drafter catching up
+on a new sequence's prompt, the drafts' bookkeeping. Measured on nj-target at batch 4 that is
+~3 ms of a 12.5 ms γ = 2 step, enough to turn a predicted gain into a loss. So the prior
+learns it from telemetry (``SpecOverhead``): per power-of-two batch class, the moving mean of
+a step's ``other_time`` (catch-ups reported as switch costs excluded: they are charged as
+C_switch) on γ > 0 steps minus that on γ = 0 steps, added to every γ > 0 prediction at that
+batch (a class not yet seen takes the nearest one's, scaled by batch size; none: 0).
+
 Each prediction carries the loss at α's lower bound, mean and upper bound (``Interval.
 paired``): α is shared by every γ of a drafter, so two arms are compared at the same α, each
 within its relative uncertainty. ``arm_intervals`` turns one bucket's predictions into its
@@ -38,11 +47,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from planner.policies.bingreedy import MIN_SAMPLES, BinGreedy, Interval, Z
-from planner.policies.signals import acceptance, is_step
+from planner.policies.signals import acceptance, is_step, switch_seconds
 from shared.profile import CostProfile
 from shared.schemas import Telemetry
 
 IDLE_DISCOUNT = 0.998  # per step that ran γ = 0 without counterfactuals: α's weight halves in ~350
+OVERHEAD_WEIGHT = 0.05  # a new step's weight in the moving means of SpecOverhead (~20 steps)
 
 
 def expected_tokens(alpha: float, gamma: int) -> float:
@@ -77,6 +87,59 @@ class Beta:
         return max(self.mean - z * sd, 0.0), min(self.mean + z * sd, 1.0)
 
 
+@dataclass
+class _Means:
+    """Moving means of one batch class: the unprofiled time of γ > 0 and of γ = 0 steps."""
+
+    spec: float | None = None
+    plain: float | None = None
+    batch: float = 0.0  # of the γ > 0 steps
+
+
+def _move(mean: float | None, x: float) -> float:
+    return x if mean is None else mean + OVERHEAD_WEIGHT * (x - mean)
+
+
+class SpecOverhead:
+    """Seconds a speculative step spends beyond what the profile models, by batch size."""
+
+    def __init__(self) -> None:
+        self.classes: dict[int, _Means] = {}  # batch.bit_length() -> means
+
+    def observe(self, t: Telemetry) -> None:
+        other = max(t.other_time - switch_seconds(t), 0.0)
+        m = self.classes.setdefault(int(t.batch_size).bit_length(), _Means())
+        if t.gamma > 0:
+            m.batch = _move(m.batch if m.spec is not None else None, t.batch_size)
+            m.spec = _move(m.spec, other)
+        else:
+            m.plain = _move(m.plain, other)
+
+    def seconds(self, batch: float) -> float:
+        known = {c: m for c, m in self.classes.items() if m.spec is not None}
+        if not known:
+            return 0.0
+        c = int(batch).bit_length()
+        if c in known:
+            m, scale = known[c], 1.0
+        else:
+            m = known[min(known, key=lambda k: (abs(k - c), k))]
+            scale = batch / m.batch if m.batch > 0 else 1.0
+        assert m.spec is not None
+        plain = m.plain if m.plain is not None else 0.0
+        return max(m.spec - plain, 0.0) * scale
+
+    def state_dict(self) -> dict[str, Any]:
+        return {str(c): [m.spec, m.plain, m.batch] for c, m in self.classes.items()}
+
+    def load_state_dict(self, s: dict[str, Any]) -> None:
+        self.classes = {
+            int(c): _Means(None if v[0] is None else float(v[0]), None if v[1] is None else float(v[1]),
+                           float(v[2]))
+            for c, v in s.items()
+        }  # fmt: skip
+
+
 class ProfilePrior:
     """Predictions from a cost profile and the acceptance telemetry shows."""
 
@@ -85,6 +148,7 @@ class ProfilePrior:
         self.profile: CostProfile | None = None
         self.acceptance: dict[str, Beta] = {}
         self.running: str | None = None  # the drafter the workers ran last
+        self.overhead = SpecOverhead()
 
     def use(self, profile: CostProfile) -> None:
         self.profile = profile
@@ -96,6 +160,7 @@ class ProfilePrior:
     def observe(self, t: Telemetry) -> None:
         if not is_step(t):
             return
+        self.overhead.observe(t)
         if t.gamma == 0 and not t.counterfactual:  # nothing learned: what is known fades
             for beta in self.acceptance.values():
                 beta.fade(IDLE_DISCOUNT)
@@ -123,18 +188,23 @@ class ProfilePrior:
         name = self.drafter(drafter)
         if p.drafter(name) is None or gamma + 1 > p.rows[-1]:
             return None
-        step = p.step(batch, gamma, p.drafter(name))
+        step = p.step(batch, gamma, p.drafter(name)) + self.overhead.seconds(batch)
         beta = self.acceptance.get(name or "", Beta())
         a_lo, a_hi = beta.bounds(self.z)
         paired = tuple(step / expected_tokens(a, gamma) for a in (a_hi, beta.mean, a_lo))
         return Interval(paired[1], paired[0], paired[2], paired).scaled(1.0, self.time_tol)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"acceptance": {n: [b.a, b.b] for n, b in self.acceptance.items()}, "running": self.running}
+        return {
+            "acceptance": {n: [b.a, b.b] for n, b in self.acceptance.items()},
+            "running": self.running,
+            "overhead": self.overhead.state_dict(),
+        }
 
     def load_state_dict(self, s: dict[str, Any]) -> None:
         self.acceptance = {str(n): Beta(float(v[0]), float(v[1])) for n, v in s["acceptance"].items()}
         self.running = s.get("running")
+        self.overhead.load_state_dict(s.get("overhead", {}))
 
 
 def arm_intervals(

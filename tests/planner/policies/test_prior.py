@@ -167,3 +167,50 @@ def test_switch_cost_starts_from_the_profiled_catch_up() -> None:
     before = pol.switch.cost("d", 100, 4)
     pol.use_profile(profile)
     assert pol.switch.cost("d", 100, 4) == pytest.approx(100 * 2e-4) != pytest.approx(before)
+
+
+def test_what_only_speculation_costs_is_learned_and_added_to_its_predictions() -> None:
+    """The profile models forwards only; a speculative step's scoring and bookkeeping (its
+    ``other_time`` beyond a plain step's, catch-ups charged as C_switch excluded) is learned
+    per batch class and added to every γ > 0 prediction, so a γ the profile alone favours
+    loses to plain decoding once the steps show what it really costs."""
+    from shared.schemas import SwitchCostEvent
+
+    prior = ProfilePrior()
+    prior.use(fake_profile())
+    prior.acceptance["d"] = Beta(20.0, 80.0)  # α ≈ 0.2
+    bandit = BinGreedy(3)
+    before = arm_intervals(prior, bandit, 4, "d")
+    assert before is not None and before[1] is not None and before[0] is not None
+    assert before[1].mean < before[0].mean  # the profile alone: γ = 1 pays at batch 4
+    for step in range(100):
+        prior.observe(Telemetry(worker_id="w", step=step, batch_size=4, num_tokens=4, step_time=0.012,
+                                other_time=0.0002))  # fmt: skip
+        spec = Telemetry(
+            worker_id="w",
+            step=step,
+            batch_size=4,
+            num_tokens=5,
+            step_time=0.02,
+            gamma=1,
+            drafter="d",
+            proposed=4,
+            accepted=1,
+            num_drafts=4,
+            other_time=0.0052,
+            counterfactual={"d": 0.2},
+            switch_costs=[SwitchCostEvent(drafter="d", batch_size=4, tokens=8, seconds=0.002)],
+        )
+        prior.observe(spec)
+    assert prior.overhead.seconds(4) == pytest.approx(0.003, rel=1e-6)  # 5.2 − 2 (catch-up) − 0.2 ms
+    assert prior.overhead.seconds(8) == pytest.approx(0.006, rel=1e-6)  # the nearest class, by batch
+    plain, spec1 = prior.predict(4, 0), prior.predict(4, 1, "d")
+    assert plain is not None and spec1 is not None
+    seconds = 0.0002 + 0.00001 * 4 + 0.010 + 0.0005 * 4 + 0.003
+    assert spec1.mean == pytest.approx(seconds / expected_tokens(prior.acceptance["d"].mean, 1))
+    after = arm_intervals(prior, bandit, 4, "d")
+    assert after is not None and after[1] is not None and after[0] is not None
+    assert after[0].mean < after[1].mean  # now plain decoding wins
+    restored = ProfilePrior()
+    restored.load_state_dict(prior.state_dict())
+    assert restored.overhead.seconds(4) == prior.overhead.seconds(4)
