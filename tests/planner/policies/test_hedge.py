@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import math
+import random
 from collections.abc import Sequence
+
+import pytest
 
 from planner.policies import registry
 from planner.policies.hedge import HedgePolicy
-from shared.experts import ExpertLearner
+from shared.experts import ExpertLearner, _normalhedge_weights
 from shared.schemas import Telemetry
 from tests.planner.scenarios import drafter_shift, run
 
@@ -90,6 +94,27 @@ def test_normalhedge_weights() -> None:
         learner.update({"a": 0.2, "b": 0.6})
     w = learner.weights()
     assert abs(sum(w.values()) - 1.0) < 1e-9 and w["a"] > 0.99
+
+
+def test_normalhedge_weights_solve_the_papers_equation() -> None:
+    """w ∝ R₊·exp(R₊²/2c) with c the root of mean exp(R₊²/2c) = e: read c back from two
+    weights and check the equation (Chaudhuri, Freund, Hsu 2009)."""
+    rng = random.Random(7)
+    for _ in range(200):
+        regret = [rng.uniform(0.05, 3.0) * rng.choice([1.0, 10.0]) for _ in range(rng.choice([2, 3, 5]))]
+        regret.append(-rng.uniform(0.0, 1.0))  # one with negative regret: weight 0
+        w = _normalhedge_weights(regret)
+        assert abs(sum(w) - 1.0) < 1e-12 and w[-1] == 0.0
+        i, j = (
+            max(range(len(w) - 1), key=lambda k: regret[k]),
+            min(range(len(w) - 1), key=lambda k: regret[k]),
+        )
+        if regret[i] - regret[j] < 1e-3:
+            continue
+        log_ratio = math.log((w[i] * regret[j]) / (w[j] * regret[i]))  # (R_i² − R_j²) / 2c
+        c = (regret[i] ** 2 - regret[j] ** 2) / (2.0 * log_ratio)
+        mean = sum(math.exp(max(r, 0.0) ** 2 / (2.0 * c)) for r in regret) / len(regret)
+        assert mean == pytest.approx(math.e, rel=1e-6)
 
 
 def test_hedge_weights_and_new_experts() -> None:
