@@ -28,6 +28,7 @@ class DecisionPublisher:
             or [tuple(x) for x in d.gamma_table] != [tuple(x) for x in choice.gamma_table]
             or d.drafter != choice.drafter
             or d.drafter_scope != choice.drafter_scope
+            or d.score_drafters != choice.score_drafters
             or d.offload != choice.offload
         )
 
@@ -39,6 +40,7 @@ class DecisionPublisher:
             gamma_table=[(int(b), int(g)) for b, g in choice.gamma_table],
             drafter=choice.drafter,
             drafter_scope="request" if choice.drafter_scope == "request" else "batch",
+            score_drafters=choice.score_drafters,
             offload=choice.offload,
             valid_for_s=self.valid_for_s,
             note=note,

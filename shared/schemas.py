@@ -372,6 +372,10 @@ class Decision(Message):
     drafter_scope: Literal["batch", "request"] = "batch"
     request_learner: Literal["normalhedge", "hedge"] = "normalhedge"
     request_discount: float = Field(default=1.0, gt=0.0, le=1.0)
+    # Score every drafter's counterfactual acceptance on the verified tokens (what a learner
+    # over the drafters needs; a forward of each model drafter per speculative step). False:
+    # only the drafter that drafted reports its realised acceptance.
+    score_drafters: bool = True
     offload: bool = False
     created_at: float = Field(default_factory=time.time)
     valid_for_s: float = 30.0

@@ -26,6 +26,10 @@ class Choice:
     gamma_table: list[tuple[int, int]]  # (largest batch size of the bucket, γ), ascending
     drafter: str | None = None
     drafter_scope: str = "batch"  # "request": each sequence its own learner (Decision.drafter_scope)
+    # Whether the workers score every other drafter on the verified tokens (counterfactual
+    # acceptance: HedgeSpec's full-information feedback). It costs a forward of each model
+    # drafter per speculative step, so only a policy that learns from it asks for it.
+    score_drafters: bool = False
     offload: bool = False
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)

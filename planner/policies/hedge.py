@@ -73,6 +73,7 @@ class HedgePolicy(Policy):
             gamma_table=[(ALL_BATCHES, gamma)],
             drafter=drafter,
             drafter_scope=self.chooser.scope,
+            score_drafters=True,
             note=f"hedge drafter={drafter} γ={gamma}",
             extra={"weights": weights},
         )

@@ -147,6 +147,7 @@ class NightjarPolicy(Policy):
             gamma_table=self.buckets.table(gammas),
             drafter=drafter,
             drafter_scope=self.chooser.scope if self.chooser is not None else "batch",
+            score_drafters=self.chooser is not None,
             offload=offload,
             note=f"nightjar γ={gammas}" + (" offload" if offload else ""),
             extra={"exploring": explore},

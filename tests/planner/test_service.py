@@ -141,3 +141,23 @@ async def test_hedge_publishes_its_drafter_scope(r: aioredis.Redis) -> None:
     assert await p.read_control(block_ms=None) == 1
     d2 = await _latest(r)
     assert d2.drafter_scope == "batch" and d2.version > d.version
+
+
+async def test_only_a_learner_over_the_drafters_asks_for_their_scores(r: aioredis.Redis) -> None:
+    """Counterfactual scoring costs the workers a forward of every model drafter per
+    speculative step: hedge and nightjar with HedgeSpec ask for it; a static or fixed-drafter
+    policy does not, and the change is a new decision."""
+    p = _planner(r, policy="hedge")
+    assert (await p.start()).score_drafters
+    for policy, params, wanted in [
+        ("static", {"gamma": "4", "drafter": "d"}, False),
+        ("nightjar", {}, True),
+        ("nightjar", {"drafter_policy": "fixed"}, False),
+        ("threshold", {}, False),
+    ]:
+        before = await _latest(r)
+        await _command(r, policy, **params)
+        assert await p.read_control(block_ms=None) == 1
+        d = await _latest(r)
+        assert d.policy == policy and d.score_drafters is wanted, (policy, params)
+        assert d.version > before.version

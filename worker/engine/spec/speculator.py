@@ -5,8 +5,9 @@ size of decoding sequences, capped at ``max_gamma``; 0 without a decision, witho
 or while the draft is not resident) and the drafter, reserves γ slots per decoding sequence
 in the scheduler, then ``draft`` appends each sequence's drafts to its tokens. After the one
 target forward and verification, ``rollback`` drops rejected drafts from every drafter and
-``feedback`` computes the acceptance of the active drafter (realised) and of every other one
-(counterfactual) for telemetry.
+``feedback`` computes the acceptance of the active drafter (realised) and, where the decision
+asks for it (``Decision.score_drafters``: a policy that learns over the drafters), of every
+other one (counterfactual) for telemetry; a fixed drafter costs no other drafter's forward.
 
 Where nothing pays, a policy runs γ = 0 and now and then one speculative step (exploring).
 Such a step already pays the catch-up of the drafters that draft (every position they missed,
@@ -71,6 +72,11 @@ class Speculator:
     def per_request(self) -> bool:
         d, pool = self._decision, self.pool
         return d is not None and d.drafter_scope == "request" and pool is not None and len(pool.drafters) > 1
+
+    @property
+    def scores_drafters(self) -> bool:
+        """Whether this step's decision asks for every drafter's counterfactual acceptance."""
+        return self._decision is None or self._decision.score_drafters
 
     def draft(self, drafter: Drafter | None, scheduled: list[Scheduled]) -> DraftRound:
         """Drafts for every decoding sequence (appended to its tokens, counted in num_new):
@@ -167,7 +173,7 @@ class Speculator:
             counts.append({v.drafted.drafter: (len(v.emitted) - 1.0, judged)})
         seconds, deferred = 0.0, self._resumed
         self._resumed = False
-        if not deferred and self.pool.due():
+        if not deferred and self.scores_drafters and self.pool.due():
             t0 = time.perf_counter()
             seqs = [v.seq for v in drafted]
             starts = [v.drafted.start for v in drafted if v.drafted is not None]

@@ -102,3 +102,41 @@ def test_gamma0_runs_no_drafter_and_one_speculative_step_catches_up_a_bounded_wi
         step(v, 0 if v % 5 else 2)
         v += 1
     assert [tokens[i] for i in ids] == spec_references[:3], "output differs from the target alone"
+
+
+def test_a_decision_that_asks_no_scores_runs_no_other_drafter(
+    spec_models: dict[str, Path], spec_references: list[list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fixed drafter (a static policy: ``Decision.score_drafters`` false) costs no other
+    drafter's forward: telemetry carries only the realised acceptance of the one that drafted.
+    Asked for, every other drafter is scored on the same verified tokens. Output unchanged."""
+    drafters = [spec_models["rand-a"], spec_models["rand-b"]]
+    params = SamplingParams(max_tokens=NEW, ignore_eos=True)
+    for scores in (False, True):
+        engine = load_engine(spec_models["target"], drafters=drafters, block_size=4, num_blocks=64)
+        counts = counted(engine, monkeypatch)
+        ids = [str(i) for i in range(3)]
+        for i in ids:
+            engine.add_request(EngineRequest(i, PROMPTS[int(i)], params))
+        tokens: dict[str, list[int]] = {i: [] for i in ids}
+        stats = []
+        v = 1
+        while engine.has_unfinished():
+            engine.apply_decision(
+                Decision(version=v, policy="t", gamma_table=[(ALL_BATCHES, 2)], drafter="rand-a",
+                         score_drafters=scores)
+            )  # fmt: skip
+            result = engine.step()
+            stats.append(result.stats)
+            for out in result.outputs:
+                tokens[out.request_id] += out.new_token_ids
+            v += 1
+        assert [tokens[i] for i in ids] == spec_references[:3], "output differs from the target alone"
+        drafted = [s for s in stats if s.gamma > 0]
+        assert drafted and counts["rand-a"] > 0
+        if scores:
+            assert counts["rand-b"] > 0 and counts["ngram"] > 0
+            assert any({"rand-b", "ngram"} <= set(s.counterfactual) for s in drafted)
+        else:
+            assert counts["rand-b"] == 0 and counts["ngram"] == 0, counts
+            assert all(set(s.counterfactual) <= {"rand-a"} and s.counterfactual_time == 0.0 for s in stats)
