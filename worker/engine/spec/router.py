@@ -13,6 +13,11 @@ randomising buys nothing, as in the planner's chooser). One step drafts each gro
 sequences with its own drafter, so a batch mixing code and chat requests drafts each with
 the drafter that suits it.
 
+Scoring the other drafters costs a forward of each of them per verification, so a sequence
+whose learner has settled — ``SETTLE_ROUNDS`` verifications learnt, its drafter holding at
+least ``SETTLE_WEIGHT`` of the weight — is scored only on every ``RESCORE_EVERY``-th
+verification after that (enough to notice its text change domain); until then, every one.
+
 The learner lives on the ``Sequence`` (``drafter_choice``), so it is freed with it and
 survives a preemption. Drafter choice never changes what is emitted: verification keeps the
 output the target's alone.
@@ -25,6 +30,9 @@ from dataclasses import dataclass
 from shared.experts import ExpertLearner
 
 MARGIN = 0.05  # the weight lead a drafter needs to displace a sequence's current one
+SETTLE_ROUNDS = 6  # verifications a learner learns from before it may settle
+SETTLE_WEIGHT = 0.9  # a settled learner's drafter holds at least this weight
+RESCORE_EVERY = 8  # a settled sequence is scored on every this-many-th verification
 
 
 @dataclass
@@ -35,6 +43,17 @@ class DrafterChoice:
     current: str
     rounds: int = 0  # verifications learnt from
     switches: int = 0
+    unscored: int = 0  # verifications since the last one it learnt from
+
+    def wants_scores(self) -> bool:
+        """Whether this verification should score the other drafters for this sequence."""
+        if self.rounds < SETTLE_ROUNDS or self.unscored + 1 >= RESCORE_EVERY:
+            return True
+        return self.learner.weights().get(self.current, 0.0) < SETTLE_WEIGHT
+
+    def skip(self) -> None:
+        """A verification without scores."""
+        self.unscored += 1
 
     def learn(self, rates: dict[str, float]) -> None:
         """One verification's acceptance per drafter (loss 1 − rate); then the next pick."""
@@ -42,6 +61,7 @@ class DrafterChoice:
             return
         self.learner.update({name: 1.0 - rate for name, rate in rates.items()})
         self.rounds += 1
+        self.unscored = 0
         weights = self.learner.weights()
         leader = max(sorted(weights), key=lambda n: weights[n])
         if weights[leader] > weights.get(self.current, -1.0) + MARGIN:

@@ -35,6 +35,7 @@ from shared.experts import ExpertLearner
 from shared.schemas import Decision
 from worker.engine.records import Drafted, DraftRound, Verified
 from worker.engine.scheduler import Scheduled
+from worker.engine.sequence import Sequence
 from worker.engine.spec.drafter import Drafter
 from worker.engine.spec.memory import ElasticMemory
 from worker.engine.spec.pool import DrafterPool, pooled
@@ -130,6 +131,10 @@ class Speculator:
             groups.setdefault(c.current, []).append(s)
         return groups
 
+    def _wants_scores(self, seq: Sequence) -> bool:
+        choice = seq.drafter_choice
+        return not self.per_request or choice is None or choice.wants_scores()
+
     def wants_features(self) -> bool:
         """Whether this step's target forward hands over its last hidden states: only while
         a feature drafter is in the pool and resident (at γ = 0 too: catch-up reads them)."""
@@ -173,18 +178,27 @@ class Speculator:
             counts.append({v.drafted.drafter: (len(v.emitted) - 1.0, judged)})
         seconds, deferred = 0.0, self._resumed
         self._resumed = False
-        if not deferred and self.scores_drafters and self.pool.due():
+        scoring = not deferred and self.scores_drafters and self.pool.due()
+        # In per-request scope a sequence whose learner has settled is scored only now and
+        # then (router.py); in batch scope every sequence feeds the planner's learner.
+        scored = [i for i, v in enumerate(drafted) if scoring and self._wants_scores(v.seq)]
+        if scored:
             t0 = time.perf_counter()
-            seqs = [v.seq for v in drafted]
-            starts = [v.drafted.start for v in drafted if v.drafted is not None]
-            actives = [v.drafted.drafter for v in drafted if v.drafted is not None]
-            hits = self.pool.counterfactual_hits(actives, seqs, starts, [v.p for v in drafted])
-            counts = [c | h for c, h in zip(counts, hits, strict=True)]
-            if self.per_request:  # full information: every drafter's rate on its own positions
-                for seq, c in zip(seqs, counts, strict=True):
-                    if seq.drafter_choice is not None:
-                        seq.drafter_choice.learn({name: x / n for name, (x, n) in c.items() if n})
+            part = [drafted[i] for i in scored]
+            starts = [v.drafted.start for v in part if v.drafted is not None]
+            actives = [v.drafted.drafter for v in part if v.drafted is not None]
+            hits = self.pool.counterfactual_hits(actives, [v.seq for v in part], starts, [v.p for v in part])
+            for i, h in zip(scored, hits, strict=True):
+                counts[i] = counts[i] | h
             seconds = time.perf_counter() - t0
+        if self.per_request:  # full information: every drafter's rate on its own positions
+            learnt = set(scored)
+            for i, v in enumerate(drafted):
+                choice = v.seq.drafter_choice
+                if choice is not None and i in learnt:
+                    choice.learn({name: x / n for name, (x, n) in counts[i].items() if n})
+                elif choice is not None:
+                    choice.skip()
         rates = pooled(counts)
         per_pos = [0] * max((len(v.drafted.tokens) for v in drafted if v.drafted is not None), default=0)
         for v in drafted:

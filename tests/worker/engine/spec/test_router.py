@@ -18,7 +18,7 @@ from shared.schemas import ALL_BATCHES, Decision, SamplingParams, StepStats
 from worker.engine.api import EngineRequest
 from worker.engine.engine import LLMEngine
 from worker.engine.loader import load_engine
-from worker.engine.spec.router import DrafterChoice
+from worker.engine.spec.router import RESCORE_EVERY, SETTLE_ROUNDS, DrafterChoice
 
 MODELS = Path(__file__).resolve().parents[4] / "models"
 CODE, PROSE = "nj-draft-code", "nj-draft-prose"
@@ -38,6 +38,31 @@ def test_a_sequence_follows_the_drafter_its_own_feedback_favours() -> None:
     assert c.current == CODE and c.switches == 1 and c.rounds == 3
     c.learn({})  # nothing verified: nothing learnt
     assert c.rounds == 3
+
+
+def test_a_settled_sequence_is_scored_only_now_and_then() -> None:
+    """Scoring costs a forward of every other drafter: a sequence is scored at every
+    verification until its learner settles, then on every RESCORE_EVERY-th one (and at once
+    again while its drafter's weight falls below SETTLE_WEIGHT)."""
+    c = DrafterChoice(ExpertLearner("normalhedge", 1.0), PROSE)
+    for _ in range(SETTLE_ROUNDS):
+        assert c.wants_scores()
+        c.learn({PROSE: 0.1, CODE: 0.8})
+    assert c.current == CODE and not c.wants_scores()
+    pattern = []
+    for _ in range(3 * RESCORE_EVERY):
+        if c.wants_scores():
+            pattern.append(1)
+            c.learn({PROSE: 0.1, CODE: 0.8})
+        else:
+            pattern.append(0)
+            c.skip()
+    assert pattern == ([0] * (RESCORE_EVERY - 1) + [1]) * 3
+    for _ in range(40):  # the text changes: the code drafter stops being accepted
+        c.learn({PROSE: 0.8, CODE: 0.0})
+        if c.current == PROSE:
+            break
+    assert c.current == PROSE
 
 
 def _engine() -> LLMEngine:
