@@ -113,6 +113,10 @@ def test_open_loop_compares_e2e_p50_and_p99_with_the_best_static() -> None:
     bad = judge({**statics, "nightjar": stats(1, 1, 1, e2e=(1.4, 9.5))}, list(statics), "nightjar",
                 mode="open")  # fmt: skip
     assert not bad.holds and "E2E p99" in "\n".join(verdict_markdown(bad))
+    flat = judge({**statics, "nightjar": stats(1, 1, 1, e2e=(1.4, 9.0))}, list(statics), "nightjar",
+                 mode="open", no_spec=["no-spec"])  # fmt: skip
+    text = "\n".join(verdict_markdown(flat))
+    assert flat.nothing_pays and "no harm" not in text and "about latency" in text
 
 
 def test_missing_target_or_statics_cannot_be_judged() -> None:
