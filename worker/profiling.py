@@ -127,7 +127,10 @@ class _Pass:
 
     def decide(self, gamma: int, drafter: str | None = None) -> None:
         table, inf = [(ALL_BATCHES, gamma)], float("inf")
-        d = Decision(version=0, policy=PROFILE_POLICY, gamma_table=table, drafter=drafter, valid_for_s=inf)
+        # No counterfactual scoring: the profile times forwards; what scoring costs a served
+        # step is learned from telemetry (planner/policies/prior.py, SpecOverhead).
+        d = Decision(version=0, policy=PROFILE_POLICY, gamma_table=table, drafter=drafter, valid_for_s=inf,
+                     score_drafters=False)  # fmt: skip
         self.engine.apply_decision(d.model_copy(update={"offload": self.offloaded}))
 
     def step(self) -> tuple[StepStats, list[RequestOutput]]:

@@ -39,8 +39,23 @@ def _generate(engine: Engine, rid: str, prompt: list[int], n: int) -> list[int]:
     raise AssertionError("the request never finished")
 
 
-def test_profile_is_complete_and_sane(spec_engine: Engine, model_dir: Path) -> None:
+def test_profile_is_complete_and_sane(
+    spec_engine: Engine, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stats: list[Any] = []
+    step = spec_engine.step
+
+    def recorded() -> StepResult:
+        result = step()
+        stats.append(result.stats)
+        return result
+
+    monkeypatch.setattr(spec_engine, "step", recorded)
     profile = profile_engine(spec_engine, "tiny", FAST, worker_id="w1")
+    # It times forwards: no step scored the other drafters (what that costs a served step
+    # the planner learns from telemetry).
+    assert any(s.gamma > 0 for s in stats)
+    assert all(s.counterfactual_time == 0.0 and set(s.counterfactual) <= {s.drafter} for s in stats)
     assert isinstance(profile, CostProfile)
     assert CostProfile.loads(profile.dumps()) == profile
     assert profile.batches == [1, 2, 4] and profile.rows == [1, 2, 3, 4, 5]
