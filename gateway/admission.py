@@ -9,8 +9,10 @@ same client-chosen id, or a client library's own retry of the script) return the
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
+from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -83,36 +85,60 @@ class Admitted:
 class Admission:
     def __init__(self, r: aioredis.Redis) -> None:
         self._script = r.register_script(SUBMIT_LUA)
+        self.sha = hashlib.sha1(SUBMIT_LUA.encode()).hexdigest()
 
     async def submit(
         self, job: JobRequest, *, max_queue: int, ttl_s: float, owner: str, fingerprint: str
     ) -> Admitted:
-        args: list[str | bytes | int] = [
-            keys.JOBS_GROUP,
-            max_queue,
-            max(1, int(ttl_s)),
-            codec.FIELD,
-            codec.encode(job),
-            FINGERPRINT,
-            OWNER,
-            jobs.STATUS,
-        ]
-        args += [jobs.STATUS, jobs.JobStatus.QUEUED.value, jobs.CREATED_AT, repr(job.created_at)]
-        args += [OWNER, owner, FINGERPRINT, fingerprint, MODEL, job.model]
-        if job.metadata:
-            args += [METADATA, json.dumps(job.metadata, ensure_ascii=False)]
-        # Both keys carry the model's hash tag: one Redis Cluster slot.
-        reply = await self._script(
-            keys=[keys.job_key(job.model, job.job_id), keys.jobs_stream(job.model)], args=args
-        )
-        outcome = _text(reply[0])
-        if outcome == "full":
-            return Admitted("full", load=int(_text(reply[1])))
-        if outcome == "exists":
-            return Admitted(
-                "exists", fingerprint=_text(reply[1]), owner=_text(reply[2]), status=_text(reply[3])
-            )
-        return Admitted("ok")
+        script_keys, args = _call(job, max_queue=max_queue, ttl_s=ttl_s, owner=owner, fingerprint=fingerprint)
+        return parse(await self._script(keys=script_keys, args=args))
+
+    def queue(
+        self,
+        pipe: aioredis.client.Pipeline,
+        job: JobRequest,
+        *,
+        max_queue: int,
+        ttl_s: float,
+        owner: str,
+        fingerprint: str,
+    ) -> None:
+        """The script's call queued in ``pipe`` by its digest (``parse`` reads its reply; a
+        NOSCRIPT error reply means Redis does not hold the script yet: ``submit`` loads it)."""
+        script_keys, args = _call(job, max_queue=max_queue, ttl_s=ttl_s, owner=owner, fingerprint=fingerprint)
+        pipe.evalsha(self.sha, len(script_keys), *script_keys, *args)
+
+
+def _call(
+    job: JobRequest, *, max_queue: int, ttl_s: float, owner: str, fingerprint: str
+) -> tuple[list[str], list[str | bytes | int]]:
+    """The script's keys and arguments for ``job``."""
+    args: list[str | bytes | int] = [
+        keys.JOBS_GROUP,
+        max_queue,
+        max(1, int(ttl_s)),
+        codec.FIELD,
+        codec.encode(job),
+        FINGERPRINT,
+        OWNER,
+        jobs.STATUS,
+    ]
+    args += [jobs.STATUS, jobs.JobStatus.QUEUED.value, jobs.CREATED_AT, repr(job.created_at)]
+    args += [OWNER, owner, FINGERPRINT, fingerprint, MODEL, job.model]
+    if job.metadata:
+        args += [METADATA, json.dumps(job.metadata, ensure_ascii=False)]
+    # Both keys carry the model's hash tag: one Redis Cluster slot.
+    return [keys.job_key(job.model, job.job_id), keys.jobs_stream(job.model)], args
+
+
+def parse(reply: list[Any]) -> Admitted:
+    """The script's reply as an ``Admitted``."""
+    outcome = _text(reply[0])
+    if outcome == "full":
+        return Admitted("full", load=int(_text(reply[1])))
+    if outcome == "exists":
+        return Admitted("exists", fingerprint=_text(reply[1]), owner=_text(reply[2]), status=_text(reply[3]))
+    return Admitted("ok")
 
 
 def _text(v: object) -> str:

@@ -12,7 +12,9 @@ A reader that wants only a job's final event (a non-streaming request) follows t
 finished stream instead (``keys.finished_stream``: the worker adds the job id with the final
 event): its job's token events then wake nothing, and a burst of such requests needs no
 wake either once the read covers that stream. When its job's id comes by, the hub fetches
-the job's last event (the final one) for it.
+the job's last event (the final one) for it, or with ``history`` all of its events (the
+final one last) in that same round trip. The hub looks at the job's status once, when it
+follows it (``Subscription.over``), for a job that ended before its read covered it.
 
 ``Subscription.read(after, block_ms)`` answers like an ``XREAD`` of one stream: the entries
 after ``after``, waiting up to ``block_ms`` (None: no wait) for the first (for a final-only
@@ -64,9 +66,14 @@ def _after(entry_id: str, cursor: str) -> bool:
 class Subscription:
     """The entries of one stream that the hub delivered, for one reader."""
 
-    def __init__(self, hub: EventHub, model: str, stream: str, final_of: str | None = None) -> None:
+    def __init__(
+        self, hub: EventHub, model: str, stream: str, final_of: str | None = None, *, history: bool = False
+    ) -> None:
         self.hub, self.model, self.stream = hub, model, stream
         self.final_of = final_of  # a job id: only that job's final event is wanted
+        self.history = history  # (with final_of) every event of the job, once it ended
+        self.over = False  # (with final_of) the job was over (or gone) when the hub followed it
+        self.fetching = self.fetched = False  # (with final_of) the hub fetches / found its final
         self.cursor = "0-0"  # the newest id the hub has read for this reader
         self._buffer: deque[Entry] = deque()
         self._arrived = anyio.Event()
@@ -88,15 +95,20 @@ class Subscription:
         if self._buffer:
             self._arrived.set()
 
+    async def start(self, after: str) -> None:
+        """Have the hub follow the stream from just after ``after`` (once; the first ``read``
+        does it too). A final-only reader knows ``over`` from then on."""
+        if not self._started:
+            self._started = True
+            self.cursor = _clamped(after)
+            await self.hub.follow(self)
+
     async def read(self, after: str, block_ms: int | None) -> list[Entry]:
         """Entries after ``after``; waits up to ``block_ms`` for one (None: does not wait)."""
         after = _clamped(after)
         while self._buffer and not _after(id_str(self._buffer[0][0]), after):
             self._buffer.popleft()
-        if not self._started:
-            self._started = True
-            self.cursor = after
-            await self.hub.follow(self)
+        await self.start(after)
         if not self._buffer and block_ms is not None:
             with anyio.move_on_after(block_ms / 1000):
                 await self._arrived.wait()
@@ -127,9 +139,12 @@ class EventHub:
         self._finished: dict[str, str] = {}  # model -> cursor on its finished stream
         self._covering: set[str] = set()  # models whose read in flight covers that stream
 
-    def subscribe(self, model: str, stream: str, final_of: str | None = None) -> Subscription:
-        """A reader of ``stream``; with ``final_of`` (its job's id), of the final event only."""
-        return Subscription(self, model, stream, final_of)
+    def subscribe(
+        self, model: str, stream: str, final_of: str | None = None, *, history: bool = False
+    ) -> Subscription:
+        """A reader of ``stream``; with ``final_of`` (its job's id), of the final event only,
+        or with ``history`` of every event of the job at once when it ends."""
+        return Subscription(self, model, stream, final_of, history=history)
 
     async def follow(self, sub: Subscription) -> None:
         final_only = sub.final_of is not None
@@ -165,20 +180,32 @@ class EventHub:
     async def _final_if_ended(self, sub: Subscription) -> None:
         assert sub.final_of is not None
         if jobs.is_over(await self.r.hget(keys.job_key(sub.model, sub.final_of), jobs.STATUS)):
-            await self._deliver_finals([sub])  # (gone: its stream is empty, nothing comes)
+            sub.over = True
+            if not (sub.fetched or sub.fetching):  # (else the finished stream's read came first)
+                await self._deliver_finals([sub])  # (gone: its stream is empty, nothing comes)
 
     async def _deliver_finals(self, subs: list[Subscription]) -> None:
-        """Each reader's job's last event (its final one), in one round trip."""
+        """Each reader's job's last event (its final one), or all of them for a reader with
+        ``history``, in one round trip."""
+        for s in subs:
+            s.fetching = True
         try:
             async with self.r.pipeline(transaction=False) as pipe:
                 for s in subs:
-                    pipe.xrevrange(s.stream, count=1)
+                    if s.history:
+                        pipe.xrange(s.stream)
+                    else:
+                        pipe.xrevrange(s.stream, count=1)
                 replies = await pipe.execute()
         except (RedisError, OSError) as exc:
             for s in subs:
                 s.fail(exc)
             return
+        finally:
+            for s in subs:
+                s.fetching = False
         for s, got in zip(subs, replies, strict=True):
+            s.fetched = bool(got)
             s.deliver(list(got))
 
     def unfollow(self, sub: Subscription) -> None:
@@ -244,7 +271,9 @@ class EventHub:
         """Jobs that ended: the final event of each followed by a final-only reader (every
         such reader now, not only those of this read: one may have come meanwhile)."""
         done = {id_str(fields.get(b"j", b"")) for _, fields in got}
-        waiting = [s for s in self._subs.get(model, ()) if s.final_of is not None and s.final_of in done]
+        # (Not those whose final the hub fetches or fetched already: once is enough.)
+        subs = self._subs.get(model, ())
+        waiting = [s for s in subs if s.final_of in done and not (s.fetched or s.fetching)]
         if waiting:
             await self._deliver_finals(waiting)
 

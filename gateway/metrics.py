@@ -116,12 +116,20 @@ class MeteredStore(JobStore):
         self._observed: OrderedDict[str, None] = OrderedDict()
 
     async def submit(
-        self, job: JobRequest, *, owner: str, fingerprint: str, max_queue: int | None = None
+        self,
+        job: JobRequest,
+        *,
+        owner: str,
+        fingerprint: str,
+        max_queue: int | None = None,
+        fresh: bool = False,
     ) -> Submitted:
         rid = REQUEST_ID.get()
         if job.request_id is None and rid is not None:
             job = job.model_copy(update={"request_id": rid})
-        got = await super().submit(job, owner=owner, fingerprint=fingerprint, max_queue=max_queue)
+        got = await super().submit(
+            job, owner=owner, fingerprint=fingerprint, max_queue=max_queue, fresh=fresh
+        )
         if got.created:
             _remember(self._submitted, job.job_id, job.created_at)
         return got
@@ -134,22 +142,25 @@ class MeteredStore(JobStore):
         until: float | None = None,
         *,
         final_only: bool = False,
+        history: bool = False,
     ) -> AsyncIterator[StoredEvent | None]:
         seen: list[StoredEvent] | None = [] if after == "0-0" else None
-        async for ev in super().events(job_id, after, block_s, until, final_only=final_only):
-            if ev is not None and seen is not None:
+        # A final-only reader's timeline comes in the fetch of its final event (``history``);
+        # the reader is given what it asked for.
+        timeline = final_only and not history and seen is not None and job_id not in self._observed
+        async for ev in super().events(
+            job_id, after, block_s, until, final_only=final_only, history=history or timeline
+        ):
+            if ev is None:
+                yield ev
+                continue
+            if seen is not None:
                 seen.append(ev)
-            if ev is not None and isinstance(ev.msg, FinishEvent | ErrorEvent):
-                if final_only and seen is not None and job_id not in self._observed:
-                    seen = await self._history(job_id) or seen  # the timeline: one read at the end
+            if isinstance(ev.msg, FinishEvent | ErrorEvent):
                 await self.observe(job_id, ev.msg, seen, _entry_time(ev.id))
+            elif timeline:
+                continue  # not asked for
             yield ev
-
-    async def _history(self, job_id: str) -> list[StoredEvent]:
-        try:
-            return await self.history(job_id)
-        except (RedisError, OSError):
-            return []
 
     async def info(self, job_id: str, owner: str = "") -> dict[str, Any]:
         out = await super().info(job_id, owner)

@@ -170,7 +170,7 @@ async def _submit_one(request: Request, body: JobSubmission, idempotency_key: st
     constraints.check(params.structured, "params.structured")
     url = webhooks.check_url(body.webhook_url)
     fp = fingerprint("jobs", body.model_dump(mode="json", exclude={"id"}))
-    got = await store.submit(job, owner=owner(request), fingerprint=fp)
+    got = await store.submit(job, owner=owner(request), fingerprint=fp, fresh=not stable)
     if url is not None and got.created:
         await webhooks.register(store, "job", got.job_id, url, owner(request))
     return got

@@ -160,7 +160,8 @@ async def _serve(
     submitted: list[str] = []
     try:
         for i, job in enumerate(jobs):
-            await store.submit(job, owner=who, fingerprint=fp if i == 0 else f"{fp}:{i}")
+            fp_i = fp if i == 0 else f"{fp}:{i}"
+            await store.submit(job, owner=who, fingerprint=fp_i, fresh=stable_id is None)
             submitted.append(job.job_id)
     except BaseException:
         for job_id in submitted:  # all or nothing: the choices admitted so far are withdrawn
