@@ -50,10 +50,6 @@ async def _race(request: Request, work: Callable[[], Awaitable[T]], timeout_s: f
     result: list[T] = []
     gone = False
 
-    async def run(scope: anyio.CancelScope) -> None:
-        result.append(await work())
-        scope.cancel()
-
     async def watch(scope: anyio.CancelScope) -> None:
         nonlocal gone
         while True:
@@ -66,9 +62,10 @@ async def _race(request: Request, work: Callable[[], Awaitable[T]], timeout_s: f
     try:
         with anyio.move_on_after(timeout_s):
             async with anyio.create_task_group() as tg:
-                tg.start_soon(run, tg.cancel_scope)
                 tg.start_soon(watch, tg.cancel_scope)
-    except BaseExceptionGroup as group:  # one task failed (e.g. Redis): that failure, unwrapped
+                result.append(await work())  # in this task: one task spawned, not two
+                tg.cancel_scope.cancel()
+    except BaseExceptionGroup as group:  # the work failed (e.g. Redis): that failure, unwrapped
         if len(group.exceptions) == 1:
             raise group.exceptions[0] from None
         raise

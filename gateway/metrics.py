@@ -21,6 +21,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
+from prometheus_client import Histogram
 from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -211,6 +212,7 @@ class MeteredStore(JobStore):
     def _timeline(self, lb: dict[str, str], events: list[StoredEvent], created: float) -> None:
         """Queue time, TTFT and inter-token latencies from the events' entry times."""
         started = last = None
+        itl: Histogram | None = None
         for ev in events:
             at = _entry_time(ev.id)
             if at is None:
@@ -226,8 +228,11 @@ class MeteredStore(JobStore):
                     gap = 0.0
                 else:
                     gap = max(0.0, at - last) / n
-                for _ in range(n):
-                    self.metrics.itl.labels(**lb).observe(gap)
+                if n > 0:
+                    if itl is None:  # one label lookup a job, not one a token
+                        itl = self.metrics.itl.labels(**lb)
+                    for _ in range(n):
+                        itl.observe(gap)
                 last = at
 
     async def _model_of(self, worker: str) -> str:
