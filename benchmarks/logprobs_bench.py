@@ -20,7 +20,8 @@ import time
 
 import torch
 
-from shared.schemas import ALL_BATCHES, Decision, SamplingParams
+from shared.control import ALL_BATCHES, Decision
+from shared.schemas import SamplingParams
 from worker.engine.api import EngineRequest
 from worker.engine.loader import load_engine
 

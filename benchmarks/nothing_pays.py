@@ -39,7 +39,8 @@ from typing import Any
 import torch
 
 from benchmarks.load.contents import ContentLibrary
-from shared.schemas import ALL_BATCHES, Decision, SamplingParams
+from shared.control import ALL_BATCHES, Decision
+from shared.schemas import SamplingParams
 from worker.engine.api import EngineRequest
 from worker.engine_factory import create_engine
 

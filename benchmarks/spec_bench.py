@@ -36,7 +36,8 @@ import torch
 from transformers import AutoTokenizer
 
 from benchmarks.load.workloads import load_workload
-from shared.schemas import ALL_BATCHES, Decision, MemoryEvent, SamplingParams
+from shared.control import ALL_BATCHES, Decision, MemoryEvent
+from shared.schemas import SamplingParams
 from worker.engine.api import EngineRequest, StepStats
 from worker.engine.engine import LLMEngine
 from worker.engine.loader import load_engine

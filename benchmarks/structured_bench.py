@@ -21,8 +21,9 @@ import llguidance.hf
 import torch
 from transformers import AutoTokenizer
 
+from shared.control import ALL_BATCHES, Decision
 from shared.grammar import grammar_text, problem
-from shared.schemas import ALL_BATCHES, Decision, SamplingParams
+from shared.schemas import SamplingParams
 from shared.structured import StructuredOutput
 from worker.engine.api import EngineRequest
 from worker.engine.grammar import Constraint

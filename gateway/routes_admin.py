@@ -10,8 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gateway.errors import APIError
 from shared import codec, keys
+from shared.control import PolicyCommand
 from shared.errors import ErrorCode
-from shared.schemas import PolicyCommand, valid_text
+from shared.schemas import valid_text
 
 router = APIRouter()
 

@@ -24,8 +24,9 @@ from gateway.responses import ResponseBuilder
 from gateway.settings import GatewaySettings
 from gateway.store import JobStore
 from gateway.submission import capacity, fit_max_tokens, model_not_found
+from shared.control import WorkerInfo
 from shared.errors import ErrorCode
-from shared.schemas import JobRequest, WorkerInfo
+from shared.schemas import JobRequest
 
 router = APIRouter()
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions

@@ -26,8 +26,9 @@ from gateway.hub import EventHub, Subscription
 from gateway.ids import job_not_found, valid_job_id
 from gateway.settings import GatewaySettings
 from shared import codec, jobs, keys
+from shared.control import Decision, WorkerInfo
 from shared.errors import ErrorCode
-from shared.schemas import CancelRequest, Decision, ErrorEvent, FinishEvent, JobRequest, Message, WorkerInfo
+from shared.schemas import CancelRequest, ErrorEvent, FinishEvent, JobRequest, Message
 from shared.streams import group_load, id_str
 
 CANCEL_MAXLEN = 10_000  # cancellations are only read live; a short history suffices

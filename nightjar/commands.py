@@ -169,7 +169,7 @@ def _planner_use(args: argparse.Namespace) -> int:
     from planner.policies import registry
     from shared import codec, keys
     from shared.connection import connect
-    from shared.schemas import PolicyCommand
+    from shared.control import PolicyCommand
 
     params = pairs(args.use_set, "--set")
     try:

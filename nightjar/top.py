@@ -23,7 +23,7 @@ import anyio
 import redis.asyncio as aioredis
 
 from shared import codec, keys
-from shared.schemas import Decision, PolicyCommand, Telemetry, WorkerInfo
+from shared.control import Decision, PolicyCommand, Telemetry, WorkerInfo
 from shared.streams import group_load
 
 CLEAR = "\x1b[H\x1b[2J"

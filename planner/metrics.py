@@ -18,8 +18,8 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from shared import keys
+from shared.control import Decision, Telemetry
 from shared.metrics import MetricSet, bucket_label
-from shared.schemas import Decision, Telemetry
 
 STATUS_TTL_S = 30
 

@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 
 from planner.policies.base import Policy
 from shared import codec, keys
-from shared.schemas import PolicyCommand
+from shared.control import PolicyCommand
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ import redis.asyncio as aioredis
 from pydantic import ValidationError
 
 from shared import codec, keys
+from shared.control import WorkerInfo
 from shared.profile import CostProfile
-from shared.schemas import WorkerInfo
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import redis.asyncio as aioredis
 
 from planner.policies.base import Choice
 from shared import codec, keys
-from shared.schemas import Decision
+from shared.control import Decision
 
 DECISIONS_MAXLEN = 10_000  # the stream is a history for observers; workers need only the tail
 
@@ -29,6 +29,7 @@ class DecisionPublisher:
             or d.drafter != choice.drafter
             or d.drafter_scope != choice.drafter_scope
             or d.score_drafters != choice.score_drafters
+            or _costs_moved(d.drafter_costs, choice.drafter_costs)
             or d.offload != choice.offload
         )
 
@@ -41,6 +42,7 @@ class DecisionPublisher:
             drafter=choice.drafter,
             drafter_scope="request" if choice.drafter_scope == "request" else "batch",
             score_drafters=choice.score_drafters,
+            drafter_costs={k: round(float(v), 4) for k, v in choice.drafter_costs.items()},
             offload=choice.offload,
             valid_for_s=self.valid_for_s,
             note=note,
@@ -53,3 +55,10 @@ class DecisionPublisher:
         if self.on_publish is not None:
             self.on_publish(decision)
         return decision
+
+
+def _costs_moved(old: dict[str, float], new: dict[str, float], tol: float = 0.1) -> bool:
+    """Drafter costs worth a new decision: another set of drafters, or one moved by > 10 %."""
+    if set(old) != set(new):
+        return True
+    return any(abs(new[k] - old[k]) > tol * max(old[k], 1e-3) for k in new)

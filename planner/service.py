@@ -26,9 +26,9 @@ from planner.publisher import DecisionPublisher
 from planner.settings import PlannerSettings
 from shared import codec, keys
 from shared.connection import connect
+from shared.control import Decision, PolicyCommand, Telemetry
 from shared.loops import every, keep_running, retry_redis, wait_for_redis
 from shared.profile import CostProfile
-from shared.schemas import Decision, PolicyCommand, Telemetry
 from shared.streams import ensure_group, entries
 
 log = logging.getLogger(__name__)

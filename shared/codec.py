@@ -12,11 +12,25 @@ from typing import Any, TypeVar
 import msgpack
 from pydantic import ValidationError
 
-from shared.schemas import ALL_MESSAGES, Message
+from shared.control import Decision, PolicyCommand, Telemetry, WorkerInfo
+from shared.schemas import CancelRequest, ErrorEvent, FinishEvent, JobRequest, Message, StartEvent, TokenEvent
 
 SCHEMA_VERSION = 1
 FIELD = b"m"  # the single field of every stream entry that carries a message
 
+# Every message type the wire carries.
+ALL_MESSAGES: tuple[type[Message], ...] = (
+    JobRequest,
+    StartEvent,
+    TokenEvent,
+    FinishEvent,
+    ErrorEvent,
+    CancelRequest,
+    Telemetry,
+    Decision,
+    PolicyCommand,
+    WorkerInfo,
+)
 _KINDS: dict[str, type[Message]] = {cls.kind: cls for cls in ALL_MESSAGES}
 
 M = TypeVar("M", bound=Message)

@@ -1,5 +1,6 @@
 """Full-information expert learners (NormalHedge and Hedge): the planner's drafter choice for
-the batch, and the worker's per-request drafter choice (worker/engine/spec/router.py).
+the batch, and the worker's per-request drafter choice (worker/engine/spec/router.py); and
+``drafter_speed``, the cost-aware loss both use when a drafter's cost is known.
 
 Both forget at rate ``discount`` per round (λ): past regrets / losses are multiplied by λ
 before each new round is added, so the learner effectively looks at the last ~1/(1 − λ)
@@ -41,6 +42,17 @@ def _normalhedge_weights(regret: list[float]) -> list[float]:
     w = [p * math.exp(x * k) for p, x in zip(pos, sq, strict=True)]
     total = sum(w)
     return [x / total for x in w]
+
+
+def drafter_speed(rate: float, gamma: int, cost: float) -> float:
+    """A drafter's speed in [0, 1], the loss of a cost-aware learner being 1 − it: the tokens a
+    step of γ drafts gives at acceptance ``rate`` (E = (1 − rate^(γ+1))/(1 − rate)) per unit of
+    time, a draft step costing ``cost`` plain target steps, over the most any drafter could give
+    (every draft accepted, drafting free): E / ((γ + 1)(1 + γ·cost))."""
+    rate = min(max(rate, 0.0), 1.0)
+    gamma = max(gamma, 1)
+    tokens = float(gamma + 1) if rate >= 1.0 else (1.0 - rate ** (gamma + 1)) / (1.0 - rate)
+    return tokens / ((gamma + 1) * (1.0 + gamma * max(cost, 0.0)))
 
 
 class ExpertLearner:

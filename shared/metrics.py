@@ -141,6 +141,6 @@ def serve(port: int, host: str = "127.0.0.1") -> tuple[WSGIServer, threading.Thr
 
 def bucket_label(upper: int) -> str:
     """A γ table bucket's upper batch size as a label (``+Inf`` for the open last one)."""
-    from shared.schemas import ALL_BATCHES
+    from shared.control import ALL_BATCHES
 
     return "+Inf" if upper >= ALL_BATCHES else str(upper)

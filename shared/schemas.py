@@ -1,4 +1,6 @@
-"""Typed messages that cross a service boundary.
+"""Typed messages that cross a service boundary: the base class and the job messages
+(a request, its events, a cancel). The control plane's messages — telemetry, decisions,
+policy commands, worker registrations — are in ``shared.control``.
 
 Every message is a pydantic model with a class-level ``kind`` tag; ``shared.codec`` turns
 them into msgpack bytes (with a schema version) and back. Services never exchange dicts.
@@ -7,16 +9,13 @@ them into msgpack bytes (with a schema version) and back. Services never exchang
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shared.structured import MAX_TOOLS, StructuredOutput, Tool, ToolCall
 
 FinishReason = Literal["stop", "length", "cancelled", "error"]
-
-# The upper bound of a γ table's last bucket: "every batch size from here on".
-ALL_BATCHES = 1 << 30
 
 
 class Message(BaseModel):
@@ -277,160 +276,3 @@ class CancelRequest(Message):
 
     kind: ClassVar[str] = "cancel"
     job_id: str
-
-
-# ------------------------------------------------------------ telemetry / planner
-
-
-class SwitchCostEvent(BaseModel):
-    """A drafter caught up on tokens it missed while speculation was off."""
-
-    model_config = ConfigDict(extra="forbid")
-    drafter: str
-    batch_size: int
-    tokens: int  # largest number of tokens one sequence had to catch up
-    seconds: float
-    input_len: int = 0  # longest context (prompt + output tokens) among those sequences
-
-
-class MemoryEvent(BaseModel):
-    """One completed change of the target's KV pool: an elastic-memory move of the drafters'
-    weights (``offload`` / ``reload``) or a plain pool resize (``kv_resize``)."""
-
-    model_config = ConfigDict(extra="forbid")
-    kind: Literal["offload", "reload", "kv_resize"]
-    seconds: float  # the weight move, start to completion (kv_resize: the pool resize)
-    kv_seconds: float = 0.0  # the pool resize of an offload / reload
-    bytes: int = 0  # bytes handed from the drafters to the target's pool, or back
-    from_blocks: int = 0
-    to_blocks: int = 0
-    moved_blocks: int = 0  # live blocks moved out of a released tail
-    preempted: int = 0  # sequences preempted because their blocks could not stay
-
-
-class StepStats(BaseModel):
-    """What one engine step did. ``Telemetry`` is a StepStats plus who sent it and when, so
-    every field here reaches the planner under its own name (one list of fields, not two)."""
-
-    model_config = ConfigDict(extra="forbid")
-    step: int = 0
-    batch_size: int = 0  # sequences decoding this step
-    prefill_tokens: int = 0
-    num_tokens: int = 0  # tokens emitted this step, all sequences
-    gamma: int = 0  # the γ run (0 when nothing was drafted)
-    drafter: str | None = None  # the drafter of the most sequences (request scope: drafter_shares)
-    drafter_shares: dict[str, int] = Field(default_factory=dict)  # drafter -> sequences it drafted for
-    step_time: float = 0.0
-    draft_time: float = 0.0
-    verify_time: float = 0.0
-    other_time: float = 0.0  # includes catch-up (switch_costs) and counterfactual_time
-    counterfactual_time: float = 0.0  # scoring the other drafters on the verified tokens
-    proposed: int = 0  # draft tokens proposed this step
-    accepted: int = 0  # draft tokens accepted this step
-    num_drafts: int = 0  # sequences that drafted this step
-    accepted_per_pos: list[int] = Field(default_factory=list)  # accepted drafts at each position
-    counterfactual: dict[str, float] = Field(default_factory=dict)  # drafter -> acceptance rate
-    mean_context: float = 0.0  # mean tokens per running sequence
-    running: int = 0
-    waiting: int = 0  # queued in the engine
-    free_blocks: int = 0
-    total_blocks: int = 0
-    draft_resident: bool = True
-    switch_costs: list[SwitchCostEvent] = Field(default_factory=list)
-    prefix_queries: int = 0
-    prefix_hits: int = 0
-    preempted: int = 0  # sequences preempted (recompute) this step
-    failed: int = 0  # requests the engine failed alone this step (finish_reason "error")
-    decision_version: int = 0
-    fallback: bool = False  # the planner's decision was stale; a built-in rule was used
-    memory_events: list[MemoryEvent] = Field(default_factory=list)
-
-
-class Telemetry(StepStats, Message):
-    """One engine step (or an idle heartbeat, batch_size == 0) from one worker."""
-
-    kind: ClassVar[str] = "telemetry"
-
-    worker_id: str
-    ts: float = Field(default_factory=time.time)
-    queue_depth: int = 0  # waiting in the engine + pending on the job stream
-
-
-class Decision(Message):
-    """A versioned planner decision that every worker applies at each step."""
-
-    kind: ClassVar[str] = "decision"
-
-    version: int
-    policy: str
-    # (largest batch size of the bucket, γ); the last bucket covers every larger batch.
-    gamma_table: list[tuple[int, int]] = Field(default_factory=lambda: [(ALL_BATCHES, 0)])
-    drafter: str | None = None
-    # "batch": every sequence drafts with ``drafter``; "request": each sequence follows its own
-    # learner over the drafters (``request_learner``, forgetting ``request_discount``), starting
-    # at ``drafter`` (worker/engine/spec/router.py).
-    drafter_scope: Literal["batch", "request"] = "batch"
-    request_learner: Literal["normalhedge", "hedge"] = "normalhedge"
-    request_discount: float = Field(default=1.0, gt=0.0, le=1.0)
-    # Score every drafter's counterfactual acceptance on the verified tokens (what a learner
-    # over the drafters needs; a forward of each model drafter per speculative step). False:
-    # only the drafter that drafted reports its realised acceptance.
-    score_drafters: bool = True
-    offload: bool = False
-    created_at: float = Field(default_factory=time.time)
-    valid_for_s: float = 30.0
-    note: str = ""
-
-    def gamma_for(self, batch_size: int) -> int:
-        for upper, gamma in self.gamma_table:
-            if batch_size <= upper:
-                return gamma
-        return self.gamma_table[-1][1] if self.gamma_table else 0
-
-    def is_stale(self, now: float | None = None) -> bool:
-        return (now if now is not None else time.time()) > self.created_at + self.valid_for_s
-
-
-class PolicyCommand(Message):
-    """Swap the planner's running policy (from the CLI or the gateway's admin route)."""
-
-    kind: ClassVar[str] = "policy_command"
-    policy: str
-    params: dict[str, Any] = Field(default_factory=dict)
-    requested_by: str = "cli"
-    ts: float = Field(default_factory=time.time)
-
-
-class WorkerInfo(Message):
-    """A worker's registration in ``keys.WORKERS``, rewritten at every heartbeat."""
-
-    kind: ClassVar[str] = "worker_info"
-    worker_id: str
-    model: str
-    host: str = ""
-    pid: int = 0
-    started_at: float = Field(default_factory=time.time)
-    ts: float = Field(default_factory=time.time)
-    running: int = 0
-    max_jobs: int = 0
-    decision_version: int = 0
-    fallback: bool = False
-    max_model_len: int = 0  # the model's context in tokens (0: not known)
-    draining: bool = False  # finishing its jobs before it stops: takes no new ones
-
-    def is_alive(self, now: float | None = None, timeout_s: float = 15.0) -> bool:
-        return (now if now is not None else time.time()) - self.ts <= timeout_s
-
-
-ALL_MESSAGES: tuple[type[Message], ...] = (
-    JobRequest,
-    StartEvent,
-    TokenEvent,
-    FinishEvent,
-    ErrorEvent,
-    CancelRequest,
-    Telemetry,
-    Decision,
-    PolicyCommand,
-    WorkerInfo,
-)

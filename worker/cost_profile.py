@@ -21,8 +21,8 @@ import anyio
 import redis.asyncio as aioredis
 
 from shared import keys
+from shared.control import Decision
 from shared.profile import CostProfile
-from shared.schemas import Decision
 from worker.engine.api import Engine, StepResult, StepStats
 from worker.profiling import Interrupted, ProfileSettings, profile_engine
 

@@ -15,8 +15,8 @@ import anyio
 import redis.asyncio as aioredis
 
 from shared import codec, keys
+from shared.control import ALL_BATCHES, Decision
 from shared.loops import every, keep_running
-from shared.schemas import ALL_BATCHES, Decision
 from shared.streams import entries, id_str, last_id
 from worker.engine.api import Engine
 

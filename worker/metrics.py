@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from shared.control import StepStats
 from shared.metrics import ITL_BUCKETS, MOVE_BUCKETS, STEP_BUCKETS, MetricSet
-from shared.schemas import ErrorEvent, FinishEvent, JobRequest, StepStats
+from shared.schemas import ErrorEvent, FinishEvent, JobRequest
 
 log = logging.getLogger("worker.jobs")
 

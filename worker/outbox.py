@@ -25,8 +25,9 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from redis.exceptions import NoScriptError, RedisError
 
+from shared.control import Telemetry
 from shared.loops import Signal, retry_redis
-from shared.schemas import JobEvent, Telemetry, TokenEvent
+from shared.schemas import JobEvent, TokenEvent
 from worker.engine.api import StepStats
 from worker.leases import JobWrite, Leases
 from worker.telemetry import TelemetryPublisher

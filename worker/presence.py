@@ -9,7 +9,7 @@ import time
 import redis.asyncio as aioredis
 
 from shared import codec, keys
-from shared.schemas import WorkerInfo
+from shared.control import WorkerInfo
 
 
 class Presence:

@@ -39,8 +39,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared.control import ALL_BATCHES, Decision
 from shared.profile import CostProfile
-from shared.schemas import ALL_BATCHES, Decision, SamplingParams
+from shared.schemas import SamplingParams
 from worker.engine.api import Engine, EngineRequest, RequestOutput, StepStats
 
 log = logging.getLogger(__name__)

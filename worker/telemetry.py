@@ -8,7 +8,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
 
 from shared import codec, keys
-from shared.schemas import StepStats, Telemetry
+from shared.control import StepStats, Telemetry
 from shared.streams import group_load
 
 

@@ -15,7 +15,7 @@ import anyio
 import redis.asyncio as aioredis
 
 from shared import codec, keys
-from shared.schemas import Decision, Telemetry
+from shared.control import Decision, Telemetry
 from shared.streams import id_str
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ import numpy as np
 
 from benchmarks.load.client import RequestRecord
 from benchmarks.load.phases import Window
-from shared.schemas import Decision, Telemetry
+from shared.control import Decision, Telemetry
 
 WHOLE_RUN = "all"
 

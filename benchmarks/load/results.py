@@ -16,7 +16,7 @@ from benchmarks.load.metrics import PhaseStats
 from benchmarks.load.phases import Window
 from benchmarks.load.timeline import Timeline
 from benchmarks.load.verdict import Verdict
-from shared.schemas import Decision, Telemetry
+from shared.control import Decision, Telemetry
 
 
 @dataclass

@@ -10,7 +10,7 @@ from typing import Any
 
 from benchmarks.load.client import RequestRecord
 from benchmarks.load.metrics import decided_gamma, is_step
-from shared.schemas import Decision, Telemetry
+from shared.control import Decision, Telemetry
 
 
 @dataclass

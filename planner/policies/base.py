@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from planner.policies.params import Param
+from shared.control import Telemetry
 from shared.profile import CostProfile
-from shared.schemas import Telemetry
 
 
 @dataclass
@@ -30,6 +30,9 @@ class Choice:
     # acceptance: HedgeSpec's full-information feedback). It costs a forward of each model
     # drafter per speculative step, so only a policy that learns from it asks for it.
     score_drafters: bool = False
+    # Per drafter, a draft step over a plain target step (Decision.drafter_costs): what a
+    # per-request learner weighs acceptance against. Empty: acceptance alone.
+    drafter_costs: dict[str, float] = field(default_factory=dict)
     offload: bool = False
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)

@@ -13,7 +13,7 @@ import bisect
 import itertools
 from collections.abc import Sequence
 
-from shared.schemas import ALL_BATCHES
+from shared.control import ALL_BATCHES
 
 
 def upper_bounds(spec: str | Sequence[int]) -> list[int]:

@@ -11,8 +11,8 @@ from planner.policies.offload import OFFLOAD_PARAMS, OffloadRule
 from planner.policies.params import Param, bool_param, float_param, int_list_param, int_param, str_param
 from planner.policies.prior import ProfilePrior
 from planner.policies.signals import acceptance, is_step
+from shared.control import Telemetry
 from shared.profile import CostProfile
-from shared.schemas import Telemetry
 
 LENGTHS = (0, 1, 2, 4, 6, 8)
 

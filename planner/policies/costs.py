@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner.policies.signals import switch_seconds
-from shared.schemas import Telemetry
+from shared.control import Telemetry
 
 MAX_K = 16
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from planner.policies.params import Param, float_param, str_param
 from planner.policies.signals import Draws, is_step
-from shared.experts import LEARNERS, ExpertLearner
-from shared.schemas import Telemetry
+from shared.control import Telemetry
+from shared.experts import LEARNERS, ExpertLearner, drafter_speed
 
 SCOPES = ("request", "batch")  # Decision.drafter_scope
 
@@ -65,11 +65,13 @@ class DrafterChooser:
         self.current: str | None = None
         self.rounds = 0
 
-    def observe(self, t: Telemetry) -> None:
+    def observe(self, t: Telemetry, costs: dict[str, float] | None = None) -> None:
+        """Queue a step's counterfactual acceptance as losses: 1 − rate, or with ``costs``
+        (each drafter's draft step over a plain target step) 1 − ``drafter_speed``."""
         if not is_step(t) or not t.counterfactual:
             return
         losses = {
-            d: 1.0 - float(a)
+            d: 1.0 - (drafter_speed(float(a), t.gamma, costs.get(d, 0.0)) if costs else float(a))
             for d, a in t.counterfactual.items()
             if self.allowed is None or d in self.allowed
         }

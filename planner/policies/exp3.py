@@ -11,7 +11,7 @@ from planner.policies.base import Choice, Policy
 from planner.policies.params import Param, int_param, str_param
 from planner.policies.rewards import REWARDS, ArmRewards
 from planner.policies.signals import Draws, is_step
-from shared.schemas import ALL_BATCHES, Telemetry
+from shared.control import ALL_BATCHES, Telemetry
 
 
 class Exp3Policy(Policy):

@@ -15,8 +15,8 @@ from planner.policies.prior import ProfilePrior, arm_intervals
 from planner.policies.signals import Draws, busy_time, is_step, tokens_per_sequence
 from planner.policies.switch_cost import SwitchCostModel
 from planner.policies.transitions import Transitions
+from shared.control import Telemetry
 from shared.profile import CostProfile
-from shared.schemas import Telemetry
 
 _HEDGE = {f"hedge_{k}": p for k, p in HEDGE_PARAMS.items() if k != "drafters"}
 
@@ -30,7 +30,9 @@ class NightjarPolicy(Policy):
     C_switch comes from the workers' catch-up measurements (a prior until measured), looked
     up at the tokens skipped since speculation stopped (capped by the context) and the
     bucket's batch size. With ``drafter_policy="hedge"`` the drafter follows NormalHedge on
-    counterfactual acceptance; with ``offload`` the draft is squeezed out under sustained
+    counterfactual acceptance — weighed against each drafter's profiled cost when there is a
+    profile (``shared.experts.drafter_speed``; the costs are published for the per-request
+    learners too); with ``offload`` the draft is squeezed out under sustained
     memory pressure while γ = 0 and reloaded when load falls (γ = 0 everywhere meanwhile).
     Given a startup cost profile (``use_profile``), each bin starts from the predicted loss
     of every γ at the bucket's batch size (prior.py) and explores only among the γ whose
@@ -79,6 +81,7 @@ class NightjarPolicy(Policy):
         offload_params = {k: p[k] for k in OFFLOAD_PARAMS}
         self.offload = OffloadRule(**offload_params) if p["offload"] else None
         self.last_batch = [self.buckets.representative(i) for i in range(len(self.buckets))]
+        self.recent_batch = 1  # the batch size of the last step seen
         self.transitions = Transitions(len(self.buckets))
         self.use_prior: bool = p["prior"]
         self.prior = ProfilePrior(p["hedge_discount"], p["prior_z"], p["prior_time_tol"])
@@ -115,6 +118,15 @@ class NightjarPolicy(Policy):
         for i, bandit in enumerate(self.bandits):
             bandit.rechoose(self.draws, self.switch_terms(i), self.intervals(i))
 
+    def drafter_costs(self, batch: int) -> dict[str, float]:
+        """Each profiled drafter's draft step over a plain target step at ``batch`` (empty
+        without a profile): what the drafter choices weigh acceptance against."""
+        p = self.prior.profile
+        if p is None or not p.drafter_s:
+            return {}
+        plain = p.target(batch, 1)
+        return {d: p.draft(batch, d) / plain for d in p.drafter_s}
+
     def intervals(self, i: int) -> list[Any] | None:
         """Bucket ``i``'s arm intervals from the prior (None: no profile)."""
         return arm_intervals(self.prior, self.bandits[i], self.last_batch[i], self._drafter())
@@ -123,7 +135,9 @@ class NightjarPolicy(Policy):
         if self.offload is not None:
             self.offload.observe(t)
         if self.chooser is not None:
-            self.chooser.observe(t)
+            self.chooser.observe(t, self.drafter_costs(t.batch_size))
+        if is_step(t):
+            self.recent_batch = t.batch_size
         self.prior.observe(t)
         for event in t.switch_costs:
             self.switch.observe(event)
@@ -148,6 +162,7 @@ class NightjarPolicy(Policy):
             drafter=drafter,
             drafter_scope=self.chooser.scope if self.chooser is not None else "batch",
             score_drafters=self.chooser is not None,
+            drafter_costs=self.drafter_costs(self.recent_batch) if self.chooser is not None else {},
             offload=offload,
             note=f"nightjar γ={gammas}" + (" offload" if offload else ""),
             extra={"exploring": explore},
@@ -162,6 +177,7 @@ class NightjarPolicy(Policy):
             "chooser": self.chooser.state_dict() if self.chooser is not None else None,
             "offload": self.offload.state_dict() if self.offload is not None else None,
             "last_batch": list(self.last_batch),
+            "recent_batch": self.recent_batch,
             "transitions": self.transitions.state_dict(),
             "prior": self.prior.state_dict(),
         }
@@ -179,6 +195,7 @@ class NightjarPolicy(Policy):
         if self.offload is not None and state["offload"] is not None:
             self.offload.load_state_dict(state["offload"])
         self.last_batch = [int(b) for b in state["last_batch"]]
+        self.recent_batch = int(state.get("recent_batch", 1))
         self.transitions.load_state_dict(state["transitions"])
         if "prior" in state:
             self.prior.load_state_dict(state["prior"])

@@ -19,7 +19,7 @@ from typing import Any
 
 from planner.policies.params import Param, float_param, int_param
 from planner.policies.signals import is_step
-from shared.schemas import Telemetry
+from shared.control import Telemetry
 
 STALE_S = 30.0  # a worker silent this long is left out of the "every worker relaxed" test
 

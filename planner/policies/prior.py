@@ -48,8 +48,8 @@ from typing import Any
 
 from planner.policies.bingreedy import MIN_SAMPLES, BinGreedy, Interval, Z
 from planner.policies.signals import acceptance, is_step, switch_seconds
+from shared.control import Telemetry
 from shared.profile import CostProfile
-from shared.schemas import Telemetry
 
 IDLE_DISCOUNT = 0.998  # per step that ran γ = 0 without counterfactuals: α's weight halves in ~350
 OVERHEAD_WEIGHT = 0.05  # a new step's weight in the moving means of SpecOverhead (~20 steps)

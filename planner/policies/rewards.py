@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner.policies.signals import busy_time, goodput, tokens_per_sequence
-from shared.schemas import Telemetry
+from shared.control import Telemetry
 
 REWARDS = ("goodput", "latency")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.schemas import Telemetry
+from shared.control import Telemetry
 
 
 def is_step(t: Telemetry) -> bool:

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from planner.policies.base import Choice, Policy
 from planner.policies.params import Param, bool_param, int_param, str_param
-from shared.schemas import ALL_BATCHES, Telemetry
+from shared.control import ALL_BATCHES, Telemetry
 
 
 class StaticPolicy(Policy):

@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from shared.schemas import SwitchCostEvent
+from shared.control import SwitchCostEvent
 
 TOKEN_GRID = [1 << i for i in range(13)]  # 1 … 4096 skipped tokens
 BATCH_GRID = [1 << i for i in range(10)]  # 1 … 512 sequences

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 from planner.policies.base import Choice, Policy
 from planner.policies.params import Param, int_param, str_param
-from shared.schemas import ALL_BATCHES, Telemetry
+from shared.control import ALL_BATCHES, Telemetry
 
 
 class ThresholdPolicy(Policy):

@@ -9,7 +9,7 @@ from planner.policies.base import Choice, Policy
 from planner.policies.params import Param, float_param, int_param, str_param
 from planner.policies.rewards import REWARDS, ArmRewards
 from planner.policies.signals import is_step
-from shared.schemas import ALL_BATCHES, Telemetry
+from shared.control import ALL_BATCHES, Telemetry
 
 
 class UCBPolicy(Policy):

@@ -17,7 +17,7 @@ import numpy as np
 
 from planner.policies.base import Choice, Policy
 from planner.sim.worker import SimWorker
-from shared.schemas import ALL_BATCHES, Telemetry
+from shared.control import ALL_BATCHES, Telemetry
 
 
 @dataclass

@@ -18,11 +18,11 @@ import numpy as np
 
 from planner.policies.base import Choice
 from planner.sim.scenario import Scenario
-from shared.schemas import SwitchCostEvent, Telemetry
+from shared.control import SwitchCostEvent, Telemetry
 
 
 def gamma_for(table: list[tuple[int, int]], batch_size: int) -> int:
-    """The worker's lookup (same rule as shared.schemas.Decision.gamma_for)."""
+    """The worker's lookup (same rule as shared.control.Decision.gamma_for)."""
     for upper, gamma in table:
         if batch_size <= upper:
             return gamma

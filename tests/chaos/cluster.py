@@ -22,7 +22,7 @@ import redis
 import redis.asyncio as aioredis
 
 from shared import codec, keys
-from shared.schemas import WorkerInfo
+from shared.control import WorkerInfo
 from shared.streams import group_load
 from tests.chaos import names
 from tests.e2e.conftest import free_port, poll

@@ -18,7 +18,8 @@ import httpx
 import redis.asyncio as aioredis
 
 from shared import codec, jobs, keys
-from shared.schemas import Decision, ErrorEvent, FinishEvent, StartEvent, TokenEvent, WorkerInfo
+from shared.control import Decision, WorkerInfo
+from shared.schemas import ErrorEvent, FinishEvent, StartEvent, TokenEvent
 from tests.chaos import names
 from tests.e2e.conftest import poll
 from tests.tiny_models import reference_greedy

@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 
 from shared import keys
 from shared.connection import connect
-from shared.schemas import Decision
+from shared.control import Decision
 from tests.chaos.cluster import Cluster
 from tests.chaos.jobs import (
     N_TOKENS,

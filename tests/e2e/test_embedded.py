@@ -18,7 +18,7 @@ from planner.service import PlannerService
 from planner.settings import PlannerSettings
 from shared import codec, keys
 from shared.connection import connect, reset_fake_server
-from shared.schemas import Decision, Telemetry
+from shared.control import Decision, Telemetry
 from tests.e2e.conftest import free_port, poll
 from tests.tiny_models import reference_greedy
 from worker.service import WorkerService

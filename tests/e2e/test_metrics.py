@@ -22,7 +22,7 @@ from planner.service import PlannerService
 from planner.settings import PlannerSettings
 from shared import codec, keys
 from shared.connection import connect, reset_fake_server
-from shared.schemas import Decision
+from shared.control import Decision
 from tests.e2e.conftest import free_port, poll
 from worker.service import WorkerService
 from worker.settings import WorkerSettings

@@ -22,7 +22,8 @@ import redis
 import redis.asyncio as aioredis
 
 from shared import codec, keys
-from shared.schemas import Decision, FinishEvent, StartEvent, TokenEvent
+from shared.control import Decision
+from shared.schemas import FinishEvent, StartEvent, TokenEvent
 from tests.e2e.conftest import free_port, poll
 from tests.tiny_models import reference_greedy
 

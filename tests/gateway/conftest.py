@@ -17,7 +17,8 @@ from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from shared import codec, jobs, keys
 from shared.connection import connect
-from shared.schemas import FinishEvent, JobEvent, JobRequest, StartEvent, TokenEvent, WorkerInfo
+from shared.control import WorkerInfo
+from shared.schemas import FinishEvent, JobEvent, JobRequest, StartEvent, TokenEvent
 from shared.streams import ensure_group, entries
 
 Script = Callable[[JobRequest], list[JobEvent]]

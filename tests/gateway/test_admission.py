@@ -13,7 +13,7 @@ from redis.backoff import NoBackoff
 
 from shared import codec, keys
 from shared.connection import connect
-from shared.schemas import Decision
+from shared.control import Decision
 from shared.streams import entries
 from tests.gateway.conftest import MODEL, gateway, register_worker, scripted_worker
 

@@ -8,7 +8,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from shared import codec, keys
-from shared.schemas import JobRequest, WorkerInfo
+from shared.control import WorkerInfo
+from shared.schemas import JobRequest
 from tests.gateway.conftest import MODEL, gateway, register_worker, scripted_worker
 
 pytestmark = pytest.mark.anyio

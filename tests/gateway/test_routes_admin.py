@@ -4,7 +4,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from shared import codec, keys
-from shared.schemas import PolicyCommand
+from shared.control import PolicyCommand
 from tests.gateway.conftest import gateway
 
 pytestmark = pytest.mark.anyio

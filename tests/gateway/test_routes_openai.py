@@ -7,7 +7,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from shared import codec, keys
-from shared.schemas import ErrorEvent, JobEvent, JobRequest, WorkerInfo
+from shared.control import WorkerInfo
+from shared.schemas import ErrorEvent, JobEvent, JobRequest
 from tests.gateway.conftest import MODEL, gateway, scripted_worker
 
 pytestmark = pytest.mark.anyio

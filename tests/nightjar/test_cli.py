@@ -11,7 +11,7 @@ from nightjar import options
 from nightjar.cli import build_parser, main
 from shared import codec, keys
 from shared.connection import connect, reset_fake_server
-from shared.schemas import PolicyCommand
+from shared.control import PolicyCommand
 
 
 def _error_line(capsys: pytest.CaptureFixture[str]) -> str:

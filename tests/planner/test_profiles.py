@@ -15,8 +15,8 @@ from planner.profiles import newest_profile
 from planner.service import PlannerService
 from planner.settings import PlannerSettings
 from shared import codec, keys
+from shared.control import ALL_BATCHES, PolicyCommand, Telemetry, WorkerInfo
 from shared.profile import CostProfile
-from shared.schemas import ALL_BATCHES, PolicyCommand, Telemetry, WorkerInfo
 
 pytestmark = pytest.mark.anyio
 

@@ -15,7 +15,7 @@ from planner.policies.base import Choice, Policy
 from planner.service import PlannerService
 from planner.settings import PlannerSettings
 from shared import codec, keys
-from shared.schemas import ALL_BATCHES, Decision, PolicyCommand, Telemetry
+from shared.control import ALL_BATCHES, Decision, PolicyCommand, Telemetry
 
 pytestmark = pytest.mark.anyio
 
@@ -160,4 +160,5 @@ async def test_only_a_learner_over_the_drafters_asks_for_their_scores(r: aioredi
         assert await p.read_control(block_ms=None) == 1
         d = await _latest(r)
         assert d.policy == policy and d.score_drafters is wanted, (policy, params)
+        assert d.drafter_costs == {}  # no worker profile here: acceptance alone
         assert d.version > before.version

@@ -4,22 +4,18 @@ import msgpack
 import pytest
 
 from shared import codec
+from shared.codec import ALL_MESSAGES
+from shared.control import Decision, PolicyCommand, SwitchCostEvent, Telemetry, WorkerInfo
 from shared.schemas import (
-    ALL_MESSAGES,
     CancelRequest,
     ChatMessage,
-    Decision,
     ErrorEvent,
     FinishEvent,
     JobRequest,
     Message,
-    PolicyCommand,
     SamplingParams,
     StartEvent,
-    SwitchCostEvent,
-    Telemetry,
     TokenEvent,
-    WorkerInfo,
 )
 
 SAMPLES: list[Message] = [
@@ -41,7 +37,14 @@ SAMPLES: list[Message] = [
         counterfactual={"d": 0.5},
         switch_costs=[SwitchCostEvent(drafter="d", batch_size=2, tokens=3, seconds=0.1)],
     ),
-    Decision(version=7, policy="static", gamma_table=[(4, 3), (1 << 30, 0)], drafter="d", offload=True),
+    Decision(
+        version=7,
+        policy="static",
+        gamma_table=[(4, 3), (1 << 30, 0)],
+        drafter="d",
+        offload=True,
+        drafter_costs={"d": 0.2, "ngram": 0.01},
+    ),
     PolicyCommand(policy="static", params={"gamma": "2"}),
     WorkerInfo(worker_id="w", model="m"),
 ]

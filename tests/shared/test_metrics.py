@@ -20,7 +20,7 @@ from planner.metrics import PlannerMetrics, drafter_weights
 from planner.policies import registry
 from shared import keys, logs
 from shared import metrics as m
-from shared.schemas import Decision, MemoryEvent, StepStats, Telemetry
+from shared.control import Decision, MemoryEvent, StepStats, Telemetry
 from worker.metrics import WorkerMetrics
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

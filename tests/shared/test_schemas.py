@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from shared.schemas import ChatMessage, Decision, JobRequest, SamplingParams, WorkerInfo
+from shared.control import Decision, WorkerInfo
+from shared.schemas import ChatMessage, JobRequest, SamplingParams
 
 
 def test_job_request_needs_exactly_one_input() -> None:

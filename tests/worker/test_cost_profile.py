@@ -10,8 +10,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from shared import codec, jobs, keys
+from shared.control import MemoryEvent, StepStats
 from shared.profile import CostProfile
-from shared.schemas import JobRequest, MemoryEvent, SamplingParams, StepStats
+from shared.schemas import JobRequest, SamplingParams
 from worker.cost_profile import CostProfiler
 from worker.engine.api import Engine
 from worker.profiling import ProfileSettings

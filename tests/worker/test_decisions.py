@@ -6,7 +6,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from shared import codec, keys
-from shared.schemas import Decision
+from shared.control import Decision
 from worker.decisions import FALLBACK_POLICY, DecisionFollower
 from worker.engine.api import Engine, StepResult, StepStats
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shared.schemas import ALL_BATCHES, Decision, SamplingParams
+from shared.control import ALL_BATCHES, Decision
+from shared.schemas import SamplingParams
 from tests.tiny_models import build_llama, reference_greedy
 from worker.engine.api import Engine, EngineRequest, RequestOutput
 from worker.engine.engine import LLMEngine

@@ -8,7 +8,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from shared import codec, jobs, keys
-from shared.schemas import FinishEvent, JobEvent, Logprobs, StartEvent, StepStats, TokenEvent
+from shared.control import StepStats
+from shared.schemas import FinishEvent, JobEvent, Logprobs, StartEvent, TokenEvent
 from shared.streams import ensure_group
 from worker.job_run import Resume
 from worker.leases import JobWrite, Leases

@@ -7,8 +7,9 @@ from typing import Any, cast
 
 import pytest
 
+from shared.control import Decision
 from shared.profile import CostProfile
-from shared.schemas import Decision, SamplingParams
+from shared.schemas import SamplingParams
 from tests.tiny_models import build_llama, reference_greedy
 from worker.engine.api import Engine, EngineRequest, StepResult
 from worker.engine_factory import create_engine

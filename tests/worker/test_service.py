@@ -12,17 +12,16 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from shared import codec, jobs, keys
+from shared.control import Decision, Telemetry
 from shared.schemas import (
     CancelRequest,
     ChatMessage,
-    Decision,
     ErrorEvent,
     FinishEvent,
     JobRequest,
     Message,
     SamplingParams,
     StartEvent,
-    Telemetry,
     TokenEvent,
 )
 from shared.streams import ensure_group

@@ -4,7 +4,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from shared import codec, keys
-from shared.schemas import JobRequest, MemoryEvent, SwitchCostEvent, Telemetry
+from shared.control import MemoryEvent, SwitchCostEvent, Telemetry
+from shared.schemas import JobRequest
 from shared.streams import ensure_group
 from worker.engine.api import StepStats
 from worker.telemetry import TelemetryPublisher

@@ -15,8 +15,9 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
+from shared.control import Decision, StepStats
 from shared.errors import ErrorCode
-from shared.schemas import Decision, FinishReason, Logprobs, SamplingParams, StepStats
+from shared.schemas import FinishReason, Logprobs, SamplingParams
 
 __all__ = ["Engine", "EngineRequest", "RequestOutput", "StepResult", "StepStats"]
 

@@ -27,8 +27,8 @@ import logging
 import time
 from typing import Any
 
+from shared.control import Decision, MemoryEvent
 from shared.errors import ErrorCode
-from shared.schemas import Decision, MemoryEvent
 from worker.engine.api import Engine, EngineRequest, RequestOutput, StepResult, StepStats
 from worker.engine.block_manager import BlockManager
 from worker.engine.config import EngineConfig

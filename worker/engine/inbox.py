@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from shared.schemas import Decision
+from shared.control import Decision
 from worker.engine.api import EngineRequest
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from shared.schemas import SwitchCostEvent
+from shared.control import SwitchCostEvent
 from worker.engine.scheduler import Scheduled
 from worker.engine.sequence import Sequence
 

@@ -7,7 +7,7 @@ import pytest
 from benchmarks.load.client import RequestRecord
 from benchmarks.load.metrics import WHOLE_RUN, config_stats, dist, tokens_in
 from benchmarks.load.phases import parse_phases, windows
-from shared.schemas import Decision, Telemetry
+from shared.control import Decision, Telemetry
 
 T0_WALL = 1_000_000.0
 

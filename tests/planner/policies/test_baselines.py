@@ -11,7 +11,7 @@ from planner.policies import registry
 from planner.policies.cost_model import CostModelPolicy
 from planner.sim import Phase, Scenario, SimWorker
 from planner.sim.worker import gamma_for
-from shared.schemas import Telemetry
+from shared.control import Telemetry
 from tests.planner.scenarios import run
 
 

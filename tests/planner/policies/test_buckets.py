@@ -6,7 +6,7 @@ import pytest
 
 from planner.policies.buckets import Buckets, upper_bounds
 from planner.sim.worker import gamma_for
-from shared.schemas import ALL_BATCHES
+from shared.control import ALL_BATCHES
 
 
 def test_schemes() -> None:

@@ -10,8 +10,8 @@ import pytest
 
 from planner.policies import registry
 from planner.policies.hedge import HedgePolicy
+from shared.control import Telemetry
 from shared.experts import ExpertLearner, _normalhedge_weights
-from shared.schemas import Telemetry
 from tests.planner.scenarios import drafter_shift, run
 
 

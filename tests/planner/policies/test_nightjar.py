@@ -8,7 +8,7 @@ from typing import Any
 from planner.policies import registry
 from planner.policies.nightjar import NightjarPolicy
 from planner.sim import Scenario
-from shared.schemas import SwitchCostEvent, Telemetry
+from shared.control import SwitchCostEvent, Telemetry
 from tests.planner.scenarios import (
     busy_and_quiet,
     drafter_shift,

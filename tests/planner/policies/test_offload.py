@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from planner.policies.offload import OffloadRule
-from shared.schemas import Telemetry
+from shared.control import Telemetry
 
 
 def _t(free: float, waiting: int = 0, gamma: int = 0, resident: bool = True, total: int = 1000,

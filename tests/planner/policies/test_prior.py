@@ -14,8 +14,8 @@ from planner.policies.prior import Beta, ProfilePrior, arm_intervals, expected_t
 from planner.sim import Runner, Scenario, SimWorker
 from planner.sim.curves import CostCurves
 from planner.sim.scenario import Phase
+from shared.control import Telemetry
 from shared.profile import CostProfile
-from shared.schemas import Telemetry
 
 BATCHES = [1, 4, 16, 64]
 ALPHA = 0.8
@@ -174,7 +174,7 @@ def test_what_only_speculation_costs_is_learned_and_added_to_its_predictions() -
     ``other_time`` beyond a plain step's, catch-ups charged as C_switch excluded) is learned
     per batch class and added to every γ > 0 prediction, so a γ the profile alone favours
     loses to plain decoding once the steps show what it really costs."""
-    from shared.schemas import SwitchCostEvent
+    from shared.control import SwitchCostEvent
 
     prior = ProfilePrior()
     prior.use(fake_profile())
@@ -214,3 +214,36 @@ def test_what_only_speculation_costs_is_learned_and_added_to_its_predictions() -
     restored = ProfilePrior()
     restored.load_state_dict(prior.state_dict())
     assert restored.overhead.seconds(4) == prior.overhead.seconds(4)
+
+
+def test_the_drafter_choice_weighs_acceptance_against_the_profiled_cost() -> None:
+    """n-gram accepted a third of the time but free beats a model drafter accepted twice as
+    often at a fifth of a target step a draft (nj-target at 4 users: static n-gram γ = 4
+    1.12× plain decoding, the prose drafter 1.00×); without a profile acceptance alone picks
+    the model drafter. The costs go out with the decision for the per-request learners."""
+    from shared.experts import drafter_speed
+
+    assert drafter_speed(1.0, 4, 0.0) == 1.0 and drafter_speed(0.0, 4, 0.0) == pytest.approx(0.2)
+    assert drafter_speed(0.54, 4, 0.2) < drafter_speed(0.33, 4, 0.0)
+    assert drafter_speed(0.54, 4, 0.0) > drafter_speed(0.33, 4, 0.0)
+    batches, rows = [1, 4, 16], [1, 2, 3, 4, 5]
+    profile = CostProfile(
+        model="fake", batches=batches, rows=rows, source="test",
+        target_s=[[0.005 * (1 + 0.1 * (q - 1)) for q in rows] for _ in batches],
+        drafter_s={"ngram": [0.00005] * 3, "prose": [0.001] * 3},
+    )  # fmt: skip
+
+    def run(with_profile: bool) -> Any:
+        policy = registry.create("nightjar", offload=False)
+        if with_profile:
+            policy.use_profile(profile)
+        for step in range(60):
+            policy.observe(Telemetry(worker_id="w", step=step, batch_size=4, num_tokens=8, step_time=0.01,
+                                     gamma=4, drafter="prose", proposed=16, accepted=9, num_drafts=4,
+                                     counterfactual={"prose": 0.54, "ngram": 0.33}))  # fmt: skip
+        return policy.decide(0.0)
+
+    blind, costed = run(False), run(True)
+    assert blind.drafter == "prose" and blind.drafter_costs == {}
+    assert costed.drafter == "ngram"
+    assert costed.drafter_costs == pytest.approx({"ngram": 0.01, "prose": 0.2})

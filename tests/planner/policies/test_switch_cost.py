@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from planner.policies.switch_cost import SwitchCostModel
-from shared.schemas import SwitchCostEvent
+from shared.control import SwitchCostEvent
 
 
 def _ev(tokens: int, batch: int, seconds: float, drafter: str = "d") -> SwitchCostEvent:

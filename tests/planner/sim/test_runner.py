@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 from planner.policies import registry
 from planner.policies.base import Choice, Policy
 from planner.sim import Phase, Runner, Scenario, SimWorker
-from shared.schemas import Telemetry
+from shared.control import Telemetry
 
 
 class Recorder(Policy):

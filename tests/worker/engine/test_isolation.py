@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from shared.control import ALL_BATCHES, Decision
 from shared.errors import ErrorCode
-from shared.schemas import ALL_BATCHES, Decision, SamplingParams
+from shared.schemas import SamplingParams
 from tests.worker.engine.drive import Run, drive
 from tests.worker.engine.test_engine import NEW, PROMPTS
 from tests.worker.engine.tiny import hf_greedy, hf_model

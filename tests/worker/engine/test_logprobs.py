@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import torch
 
-from shared.schemas import ALL_BATCHES, Decision, Logprobs, SamplingParams
+from shared.control import ALL_BATCHES, Decision
+from shared.schemas import Logprobs, SamplingParams
 from tests.worker.engine.drive import Run, drive
 from tests.worker.engine.test_engine import PROMPTS
 from tests.worker.engine.tiny import hf_model

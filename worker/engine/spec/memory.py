@@ -30,7 +30,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from shared.schemas import MemoryEvent
+from shared.control import MemoryEvent
 from worker.engine.spec.model_drafter import ModelDrafter
 from worker.engine.spec.residency import WeightMover
 

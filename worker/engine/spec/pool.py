@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from shared.schemas import SwitchCostEvent
+from shared.control import SwitchCostEvent
 from worker.engine.sampler import filtered_probs
 from worker.engine.sequence import Sequence
 from worker.engine.spec.drafter import Drafter

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from shared.control import Decision
 from shared.experts import ExpertLearner
-from shared.schemas import Decision
 from worker.engine.records import Drafted, DraftRound, Verified
 from worker.engine.scheduler import Scheduled
 from worker.engine.sequence import Sequence
@@ -131,6 +131,9 @@ class Speculator:
             groups.setdefault(c.current, []).append(s)
         return groups
 
+    def _costs(self) -> dict[str, float]:
+        return self._decision.drafter_costs if self._decision is not None else {}
+
     def _wants_scores(self, seq: Sequence) -> bool:
         choice = seq.drafter_choice
         return not self.per_request or choice is None or choice.wants_scores()
@@ -196,7 +199,9 @@ class Speculator:
             for i, v in enumerate(drafted):
                 choice = v.seq.drafter_choice
                 if choice is not None and i in learnt:
-                    choice.learn({name: x / n for name, (x, n) in counts[i].items() if n})
+                    assert v.drafted is not None
+                    rates = {name: x / n for name, (x, n) in counts[i].items() if n}
+                    choice.learn(rates, v.drafted.requested, self._costs())
                 elif choice is not None:
                     choice.skip()
         rates = pooled(counts)

@@ -14,7 +14,8 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from shared.schemas import ALL_BATCHES, Decision, SamplingParams
+from shared.control import ALL_BATCHES, Decision
+from shared.schemas import SamplingParams
 from tests.worker.engine.drive import drive
 from tests.worker.engine.spec.feature_heads import trained_head
 from tests.worker.engine.spec.test_exactness import NEW, scheduled_run, spec_references

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.schemas import ALL_BATCHES, Decision, SamplingParams
+from shared.control import ALL_BATCHES, Decision
+from shared.schemas import SamplingParams
 from tests.worker.engine.drive import Run
 from tests.worker.engine.test_real_models import encode
 from tests.worker.engine.tiny import hf_greedy, hf_model

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import torch
 
-from shared.schemas import ALL_BATCHES, Decision, SamplingParams
+from shared.control import ALL_BATCHES, Decision
+from shared.schemas import SamplingParams
 from tests.worker.engine.spec.test_model_drafter import make_drafter
 from tests.worker.engine.test_engine import PROMPTS
 from worker.engine.api import EngineRequest, StepStats

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from shared.schemas import ALL_BATCHES, Decision, SamplingParams
+from shared.control import ALL_BATCHES, Decision
+from shared.schemas import SamplingParams
 from tests.worker.engine.spec.test_exactness import NEW, spec_references
 from tests.worker.engine.spec.test_feature_exactness import head_dir
 from tests.worker.engine.test_engine import PROMPTS

@@ -10,7 +10,8 @@ from typing import Any
 
 import torch
 
-from shared.schemas import ALL_BATCHES, Decision, SamplingParams
+from shared.control import ALL_BATCHES, Decision
+from shared.schemas import SamplingParams
 from tests.worker.engine.drive import drive
 from tests.worker.engine.test_engine import PROMPTS
 from tests.worker.engine.tiny import hf_greedy, hf_model

@@ -13,8 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+from shared.control import ALL_BATCHES, Decision, StepStats
 from shared.experts import ExpertLearner
-from shared.schemas import ALL_BATCHES, Decision, SamplingParams, StepStats
+from shared.schemas import SamplingParams
 from worker.engine.api import EngineRequest
 from worker.engine.engine import LLMEngine
 from worker.engine.loader import load_engine
@@ -38,6 +39,18 @@ def test_a_sequence_follows_the_drafter_its_own_feedback_favours() -> None:
     assert c.current == CODE and c.switches == 1 and c.rounds == 3
     c.learn({})  # nothing verified: nothing learnt
     assert c.rounds == 3
+
+
+def test_with_costs_a_sequence_follows_the_fastest_drafter_not_the_most_accepted() -> None:
+    """``Decision.drafter_costs`` turn the loss into 1 − speed: a free drafter right a third
+    of the time beats one right 0.54 of the time at a fifth of a target step a draft."""
+    rates = {PROSE: 0.54, "ngram": 0.33}
+    blind = DrafterChoice(ExpertLearner("normalhedge", 1.0), "ngram")
+    costed = DrafterChoice(ExpertLearner("normalhedge", 1.0), PROSE)
+    for _ in range(6):
+        blind.learn(rates, 4)
+        costed.learn(rates, 4, {PROSE: 0.2, "ngram": 0.01})
+    assert blind.current == PROSE and costed.current == "ngram"
 
 
 def test_a_settled_sequence_is_scored_only_now_and_then() -> None:

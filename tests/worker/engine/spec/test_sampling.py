@@ -16,7 +16,8 @@ import torch
 from scipy.stats import chisquare
 from transformers import LlamaConfig
 
-from shared.schemas import ALL_BATCHES, Decision, SamplingParams
+from shared.control import ALL_BATCHES, Decision
+from shared.schemas import SamplingParams
 from tests.worker.engine.drive import drive
 from tests.worker.engine.tiny import COMMON, hf_model, save_tiny
 from worker.engine.api import EngineRequest

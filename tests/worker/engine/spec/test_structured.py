@@ -19,8 +19,9 @@ import torch
 from scipy.stats import chisquare
 from transformers import AutoTokenizer
 
+from shared.control import ALL_BATCHES, Decision
 from shared.grammar import grammar_text
-from shared.schemas import ALL_BATCHES, Decision, SamplingParams
+from shared.schemas import SamplingParams
 from shared.structured import StructuredOutput
 from tests.tiny_models import TEXT, build_llama
 from tests.worker.engine.drafters import first_layers
