@@ -30,6 +30,7 @@ class DecisionPublisher:
             or d.drafter_scope != choice.drafter_scope
             or d.score_drafters != choice.score_drafters
             or _costs_moved(d.drafter_costs, choice.drafter_costs)
+            or sorted(d.skip_drafters) != sorted(choice.skip_drafters)
             or d.offload != choice.offload
         )
 
@@ -43,6 +44,7 @@ class DecisionPublisher:
             drafter_scope="request" if choice.drafter_scope == "request" else "batch",
             score_drafters=choice.score_drafters,
             drafter_costs={k: round(float(v), 4) for k, v in choice.drafter_costs.items()},
+            skip_drafters=sorted(choice.skip_drafters),
             offload=choice.offload,
             valid_for_s=self.valid_for_s,
             note=note,

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from shared.schemas import Message
 
+MAX_NAME = 256  # a drafter's name
 # The upper bound of a γ table's last bucket: "every batch size from here on".
 ALL_BATCHES = 1 << 30
 
@@ -116,6 +117,11 @@ class Decision(Message):
     # drafter's acceptance against it (router.py). Empty: acceptance alone.
     drafter_costs: dict[str, Annotated[float, Field(ge=0.0, allow_inf_nan=False)]] = Field(
         default_factory=dict, max_length=64
+    )
+    # Drafters the planner found dominated (surely slower than the best, drafting cost
+    # included): neither scored nor chosen per request until their acceptance is unsure again.
+    skip_drafters: list[Annotated[str, Field(max_length=MAX_NAME)]] = Field(
+        default_factory=list, max_length=64
     )
     offload: bool = False
     created_at: float = Field(default_factory=time.time)

@@ -33,6 +33,7 @@ class Choice:
     # Per drafter, a draft step over a plain target step (Decision.drafter_costs): what a
     # per-request learner weighs acceptance against. Empty: acceptance alone.
     drafter_costs: dict[str, float] = field(default_factory=dict)
+    skip_drafters: list[str] = field(default_factory=list)  # dominated: not scored (Decision's)
     offload: bool = False
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)

@@ -16,6 +16,7 @@ from planner.policies.signals import Draws, busy_time, is_step, tokens_per_seque
 from planner.policies.switch_cost import SwitchCostModel
 from planner.policies.transitions import Transitions
 from shared.control import Telemetry
+from shared.experts import drafter_speed
 from shared.profile import CostProfile
 
 _HEDGE = {f"hedge_{k}": p for k, p in HEDGE_PARAMS.items() if k != "drafters"}
@@ -127,6 +128,24 @@ class NightjarPolicy(Policy):
         plain = p.target(batch, 1)
         return {d: p.draft(batch, d) / plain for d in p.drafter_s}
 
+    def dominated(self, batch: int, keep: str | None) -> list[str]:
+        """Drafters surely slower than the best at ``batch`` and γ_max: the speed at the upper
+        end of their acceptance interval below the best one's at its lower end (costs from
+        the profile; none without one). Not scored meanwhile, their acceptance fades
+        (prior.py) until the interval overlaps again and they are scored once more."""
+        costs = self.drafter_costs(batch)
+        if len(costs) < 2:
+            return []
+        speeds = {}
+        for d, c in costs.items():
+            beta = self.prior.acceptance.get(d)
+            if beta is None:
+                return []  # a drafter not yet scored: everything is still open
+            lo, hi = beta.bounds(self.prior.z)
+            speeds[d] = (drafter_speed(lo, self.gamma_max, c), drafter_speed(hi, self.gamma_max, c))
+        best = max(speeds, key=lambda d: (speeds[d][0], d))
+        return sorted(d for d, (_, hi) in speeds.items() if hi < speeds[best][0] and d != keep)
+
     def intervals(self, i: int) -> list[Any] | None:
         """Bucket ``i``'s arm intervals from the prior (None: no profile)."""
         return arm_intervals(self.prior, self.bandits[i], self.last_batch[i], self._drafter())
@@ -163,6 +182,7 @@ class NightjarPolicy(Policy):
             drafter_scope=self.chooser.scope if self.chooser is not None else "batch",
             score_drafters=self.chooser is not None,
             drafter_costs=self.drafter_costs(self.recent_batch) if self.chooser is not None else {},
+            skip_drafters=self.dominated(self.recent_batch, drafter) if self.chooser is not None else [],
             offload=offload,
             note=f"nightjar γ={gammas}" + (" offload" if offload else ""),
             extra={"exploring": explore},

@@ -172,6 +172,9 @@ class ProfilePrior:
             self._add(t.drafter, alpha, t.accepted + t.num_drafts)  # positions judged, about
         for name, rate in t.counterfactual.items():  # the worker's own rate for the one that ran
             self._add(name, float(rate), t.num_tokens)
+        for name, beta in self.acceptance.items():  # not scored (e.g. dominated): it fades too
+            if name not in t.counterfactual and name != t.drafter:
+                beta.fade(IDLE_DISCOUNT)
 
     def drafter(self, name: str | None) -> str | None:
         """The drafter ``name`` means: the one the workers ran last for None (their default)."""

@@ -244,6 +244,23 @@ def test_the_drafter_choice_weighs_acceptance_against_the_profiled_cost() -> Non
         return policy.decide(0.0)
 
     blind, costed = run(False), run(True)
-    assert blind.drafter == "prose" and blind.drafter_costs == {}
+    assert blind.drafter == "prose" and blind.drafter_costs == {} and blind.skip_drafters == []
     assert costed.drafter == "ngram"
     assert costed.drafter_costs == pytest.approx({"ngram": 0.01, "prose": 0.2})
+    # prose is surely slower (its speed at the top of its acceptance interval below n-gram's at
+    # the bottom): the workers stop scoring it ...
+    assert costed.skip_drafters == ["prose"]
+    policy = registry.create("nightjar", offload=False)
+    policy.use_profile(profile)
+    for step in range(60):
+        policy.observe(Telemetry(worker_id="w", step=step, batch_size=4, num_tokens=8, step_time=0.01,
+                                 gamma=4, drafter="ngram",
+                                 counterfactual={"prose": 0.54, "ngram": 0.33}))  # fmt: skip
+    assert policy.decide(0.0).skip_drafters == ["prose"]
+    step = 60
+    while policy.decide(0.0).skip_drafters:  # ... until, unscored, its acceptance is unsure again
+        policy.observe(Telemetry(worker_id="w", step=step, batch_size=4, num_tokens=8, step_time=0.01,
+                                 gamma=4, drafter="ngram", counterfactual={"ngram": 0.33}))  # fmt: skip
+        step += 1
+        assert step < 5000
+    assert step > 200  # not at once

@@ -7,7 +7,8 @@ in the scheduler, then ``draft`` appends each sequence's drafts to its tokens. A
 target forward and verification, ``rollback`` drops rejected drafts from every drafter and
 ``feedback`` computes the acceptance of the active drafter (realised) and, where the decision
 asks for it (``Decision.score_drafters``: a policy that learns over the drafters), of every
-other one (counterfactual) for telemetry; a fixed drafter costs no other drafter's forward.
+other one (counterfactual) for telemetry — but those the planner found dominated
+(``Decision.skip_drafters``); a fixed drafter costs no other drafter's forward.
 
 Where nothing pays, a policy runs γ = 0 and now and then one speculative step (exploring).
 Such a step already pays the catch-up of the drafters that draft (every position they missed,
@@ -128,6 +129,8 @@ class Speculator:
             if c is None or c.current not in self.pool.drafters:
                 learner = ExpertLearner(self._decision.request_learner, self._decision.request_discount)
                 c = s.seq.drafter_choice = DrafterChoice(learner, drafter.name)
+            elif c.current in self._decision.skip_drafters:  # dominated now: the planner's choice
+                c.current = drafter.name
             groups.setdefault(c.current, []).append(s)
         return groups
 
@@ -190,7 +193,9 @@ class Speculator:
             part = [drafted[i] for i in scored]
             starts = [v.drafted.start for v in part if v.drafted is not None]
             actives = [v.drafted.drafter for v in part if v.drafted is not None]
-            hits = self.pool.counterfactual_hits(actives, [v.seq for v in part], starts, [v.p for v in part])
+            skip = frozenset(self._decision.skip_drafters if self._decision is not None else ())
+            seqs, p_rows = [v.seq for v in part], [v.p for v in part]
+            hits = self.pool.counterfactual_hits(actives, seqs, starts, p_rows, skip)
             for i, h in zip(scored, hits, strict=True):
                 counts[i] = counts[i] | h
             seconds = time.perf_counter() - t0

@@ -113,7 +113,7 @@ def test_a_decision_that_asks_no_scores_runs_no_other_drafter(
     Asked for, every other drafter is scored on the same verified tokens. Output unchanged."""
     drafters = [spec_models["rand-a"], spec_models["rand-b"]]
     params = SamplingParams(max_tokens=NEW, ignore_eos=True)
-    for scores in (False, True):
+    for scores, skip in ((False, []), (True, []), (True, ["rand-b"])):
         engine = load_engine(spec_models["target"], drafters=drafters, block_size=4, num_blocks=64)
         counts = counted(engine, monkeypatch)
         ids = [str(i) for i in range(3)]
@@ -125,7 +125,7 @@ def test_a_decision_that_asks_no_scores_runs_no_other_drafter(
         while engine.has_unfinished():
             engine.apply_decision(
                 Decision(version=v, policy="t", gamma_table=[(ALL_BATCHES, 2)], drafter="rand-a",
-                         score_drafters=scores)
+                         score_drafters=scores, skip_drafters=skip)
             )  # fmt: skip
             result = engine.step()
             stats.append(result.stats)
@@ -135,7 +135,10 @@ def test_a_decision_that_asks_no_scores_runs_no_other_drafter(
         assert [tokens[i] for i in ids] == spec_references[:3], "output differs from the target alone"
         drafted = [s for s in stats if s.gamma > 0]
         assert drafted and counts["rand-a"] > 0
-        if scores:
+        if skip:  # a drafter the planner found dominated is not scored; the others are
+            assert counts["rand-b"] == 0 and counts["ngram"] > 0, counts
+            assert all("rand-b" not in s.counterfactual for s in stats)
+        elif scores:
             assert counts["rand-b"] > 0 and counts["ngram"] > 0
             assert any({"rand-b", "ngram"} <= set(s.counterfactual) for s in drafted)
         else:
