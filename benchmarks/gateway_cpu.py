@@ -18,15 +18,11 @@ import argparse
 import os
 import subprocess
 import time
-from pathlib import Path
 
 import anyio
 import httpx
 
-from benchmarks.load.configs import BenchConfig
-from benchmarks.load.trio import TrioOptions, wait_for_decision
-from benchmarks.load.trio_procs import process_trio
-from benchmarks.serve_overhead import _HZ, PROMPTS, _client, _pids, load_average, process_cpu_s
+from benchmarks.serve_overhead import _HZ, PROMPTS, _client, load_average, plain_trio, process_cpu_s
 
 
 async def _one(c: httpx.AsyncClient, i: int, tokens: int) -> float:
@@ -93,20 +89,8 @@ async def _phase(
 
 
 async def run(args: argparse.Namespace, worker_cpu: str) -> None:
-    cfg = BenchConfig(name="gwcpu", policy="static", params={})
-    opts = TrioOptions(
-        model_dir=args.model,
-        max_jobs=args.concurrency,
-        threads=1,
-        engine={"drafters": [], "ngram": False},
-        worker_cpus=worker_cpu,
-    )
-    async with process_trio(cfg, opts, args.redis_url, Path(args.log_dir)) as trio:
-        await wait_for_decision(trio.redis, time.monotonic() + 60)
-        base = "nightjar --log-level warning"
-        gw = _pids(f"{base} gateway .*--redis-url {args.redis_url}")
-        others = _pids(f"{base} planner .*--redis-url {args.redis_url}")
-        others.append(int((await trio.redis.info("server"))["process_id"]))
+    async with plain_trio(args, worker_cpu, "gwcpu") as trio:
+        gw, others = trio.pids["gateway"], trio.pids["planner"] + trio.pids["redis"]
         spy = None
         if args.py_spy:
             cmd = [

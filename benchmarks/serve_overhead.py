@@ -245,9 +245,19 @@ async def embedded(args: argparse.Namespace, cpu: str) -> AsyncIterator[ServedRo
         log.close()
 
 
+@dataclass
+class PlainTrio:
+    """The three services up on a real Redis (γ = 0, no drafters), and their process ids."""
+
+    base_url: str
+    pids: dict[str, list[int]]  # "worker", "gateway", "planner", "redis"
+
+
 @asynccontextmanager
-async def three_processes(args: argparse.Namespace, cpu: str) -> AsyncIterator[ServedRow]:
-    cfg = BenchConfig(name="overhead", policy="static", params={})
+async def plain_trio(args: argparse.Namespace, cpu: str, name: str) -> AsyncIterator[PlainTrio]:
+    """Gateway, planner and worker as processes on ``args.redis_url``, the worker alone on
+    ``cpu``, once the planner's first decision is out (``args``: model, concurrency, log_dir)."""
+    cfg = BenchConfig(name=name, policy="static", params={})
     opts = TrioOptions(
         model_dir=args.model,
         max_jobs=args.concurrency,
@@ -258,12 +268,19 @@ async def three_processes(args: argparse.Namespace, cpu: str) -> AsyncIterator[S
     async with process_trio(cfg, opts, args.redis_url, Path(args.log_dir)) as trio:
         await wait_for_decision(trio.redis, time.monotonic() + 60)
         base = "nightjar --log-level warning"
-        worker = _pids(f"{base} worker .*--redis-url {args.redis_url}")
-        others = _pids(f"{base} (gateway|planner) .*--redis-url {args.redis_url}")
-        redis_pid = await trio.redis.info("server")
-        others.append(int(redis_pid["process_id"]))
+        pids = {
+            s: _pids(f"{base} {s} .*--redis-url {args.redis_url}") for s in ("worker", "gateway", "planner")
+        }
+        pids["redis"] = [int((await trio.redis.info("server"))["process_id"])]
+        yield PlainTrio(trio.base_url, pids)
+
+
+@asynccontextmanager
+async def three_processes(args: argparse.Namespace, cpu: str) -> AsyncIterator[ServedRow]:
+    async with plain_trio(args, cpu, "overhead") as trio:
+        others = trio.pids["gateway"] + trio.pids["planner"] + trio.pids["redis"]
         async with _client(trio.base_url, args.concurrency) as c:
-            yield ServedRow(c, args.tokens, worker, others)
+            yield ServedRow(c, args.tokens, trio.pids["worker"], others)
 
 
 def figures(s: Samples, tokens: int, n_requests: int) -> Figures:

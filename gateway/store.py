@@ -141,13 +141,7 @@ class JobStore:
             got = await self._admit_fresh(job, limit, owner, fingerprint)
         else:
             await self._claim_id(job)
-            got = await self._admission.submit(
-                job,
-                max_queue=limit,
-                ttl_s=self.settings.result_ttl_s,
-                owner=owner,
-                fingerprint=fingerprint,
-            )
+            got = await self._admit(job, limit, owner, fingerprint)
         if got.outcome == "full":
             raise APIError.of(ErrorCode.QUEUE_FULL, f"server busy: {got.load} jobs queued (limit {limit})")
         if got.outcome == "exists":
@@ -163,6 +157,13 @@ class JobStore:
                 self._index(pipe, job, owner)
                 await pipe.execute()
         return Submitted(job.job_id, created=True, status=jobs.JobStatus.QUEUED.value)
+
+    async def _admit(self, job: JobRequest, limit: int, owner: str, fingerprint: str) -> Admitted:
+        """The admission script alone (loaded first if Redis does not have it)."""
+        ttl_s = self.settings.result_ttl_s
+        return await self._admission.submit(
+            job, max_queue=limit, ttl_s=ttl_s, owner=owner, fingerprint=fingerprint
+        )
 
     async def _admit_fresh(self, job: JobRequest, limit: int, owner: str, fingerprint: str) -> Admitted:
         """Bind, admit and index a job of a fresh id in one pipeline (three key slots, so not
@@ -180,9 +181,7 @@ class JobStore:
         self._remember(job.job_id, job.model)
         reply = replies[1]
         if isinstance(reply, NoScriptError):  # Redis restarted, or never ran the script: load it
-            got = await self._admission.submit(
-                job, max_queue=limit, ttl_s=ttl_s, owner=owner, fingerprint=fingerprint
-            )
+            got = await self._admit(job, limit, owner, fingerprint)
         else:
             for r in replies:
                 if isinstance(r, Exception):
@@ -273,20 +272,6 @@ class JobStore:
                 yield item
         finally:
             sub.close()
-
-    async def history(self, job_id: str) -> list[StoredEvent]:
-        """Every event the job's stream holds now, in order (one read, not live)."""
-        model = await self.model_of(job_id)
-        if model is None:
-            return []
-        out = []
-        got: list[Any] = await self.r.xrange(keys.job_events(model, job_id)) or []
-        for entry_id, fields in got:
-            try:
-                out.append(StoredEvent(id_str(entry_id), codec.from_entry(fields)))
-            except codec.CodecError:
-                continue
-        return out
 
     async def _follow(
         self, job_id: str, sub: Subscription, after: str, ended: bool, block_s: float, until: float | None

@@ -44,14 +44,18 @@ def _normalhedge_weights(regret: list[float]) -> list[float]:
     return [x / total for x in w]
 
 
+def expected_tokens(alpha: float, gamma: int) -> float:
+    """E(α, γ) = (1 − α^(γ+1)) / (1 − α): tokens per sequence per step, bonus included."""
+    return float(gamma + 1) if alpha >= 1.0 else (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
 def drafter_speed(rate: float, gamma: int, cost: float) -> float:
     """A drafter's speed in [0, 1], the loss of a cost-aware learner being 1 − it: the tokens a
     step of γ drafts gives at acceptance ``rate`` (E = (1 − rate^(γ+1))/(1 − rate)) per unit of
     time, a draft step costing ``cost`` plain target steps, over the most any drafter could give
     (every draft accepted, drafting free): E / ((γ + 1)(1 + γ·cost))."""
-    rate = min(max(rate, 0.0), 1.0)
     gamma = max(gamma, 1)
-    tokens = float(gamma + 1) if rate >= 1.0 else (1.0 - rate ** (gamma + 1)) / (1.0 - rate)
+    tokens = expected_tokens(min(max(rate, 0.0), 1.0), gamma)
     return tokens / ((gamma + 1) * (1.0 + gamma * max(cost, 0.0)))
 
 

@@ -12,14 +12,10 @@ from planner.policies.params import Param, bool_param, float_param, int_list_par
 from planner.policies.prior import ProfilePrior
 from planner.policies.signals import acceptance, is_step
 from shared.control import Telemetry
+from shared.experts import expected_tokens
 from shared.profile import CostProfile
 
 LENGTHS = (0, 1, 2, 4, 6, 8)
-
-
-def expected_tokens(alpha: float, k: int) -> float:
-    """E_k(α) = (1 − α^(k+1)) / (1 − α): tokens per verify call, bonus included."""
-    return float(k + 1) if alpha >= 1.0 else (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
 class CostModelPolicy(Policy):

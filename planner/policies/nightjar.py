@@ -128,12 +128,11 @@ class NightjarPolicy(Policy):
         plain = p.target(batch, 1)
         return {d: p.draft(batch, d) / plain for d in p.drafter_s}
 
-    def dominated(self, batch: int, keep: str | None) -> list[str]:
-        """Drafters surely slower than the best at ``batch`` and γ_max: the speed at the upper
-        end of their acceptance interval below the best one's at its lower end (costs from
-        the profile; none without one). Not scored meanwhile, their acceptance fades
-        (prior.py) until the interval overlaps again and they are scored once more."""
-        costs = self.drafter_costs(batch)
+    def dominated(self, costs: dict[str, float], keep: str | None) -> list[str]:
+        """Drafters surely slower than the best at γ_max, drafting ``costs`` (``drafter_costs``)
+        included: the speed at the upper end of their acceptance interval below the best
+        one's at its lower end (none without costs). Not scored meanwhile, their acceptance
+        fades (prior.py) until the interval overlaps again and they are scored once more."""
         if len(costs) < 2:
             return []
         speeds = {}
@@ -176,13 +175,14 @@ class NightjarPolicy(Policy):
         offload = self.offload.decide() if self.offload is not None else False
         gammas = [0 if offload else b.arm for b in self.bandits]
         explore = [i for i, b in enumerate(self.bandits) if b.explore]
+        costs = self.drafter_costs(self.recent_batch) if self.chooser is not None else {}
         return Choice(
             gamma_table=self.buckets.table(gammas),
             drafter=drafter,
             drafter_scope=self.chooser.scope if self.chooser is not None else "batch",
             score_drafters=self.chooser is not None,
-            drafter_costs=self.drafter_costs(self.recent_batch) if self.chooser is not None else {},
-            skip_drafters=self.dominated(self.recent_batch, drafter) if self.chooser is not None else [],
+            drafter_costs=costs,
+            skip_drafters=self.dominated(costs, drafter),
             offload=offload,
             note=f"nightjar γ={gammas}" + (" offload" if offload else ""),
             extra={"exploring": explore},

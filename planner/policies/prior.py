@@ -49,15 +49,11 @@ from typing import Any
 from planner.policies.bingreedy import MIN_SAMPLES, BinGreedy, Interval, Z
 from planner.policies.signals import acceptance, is_step, switch_seconds
 from shared.control import Telemetry
+from shared.experts import expected_tokens
 from shared.profile import CostProfile
 
 IDLE_DISCOUNT = 0.998  # per step that ran γ = 0 without counterfactuals: α's weight halves in ~350
 OVERHEAD_WEIGHT = 0.05  # a new step's weight in the moving means of SpecOverhead (~20 steps)
-
-
-def expected_tokens(alpha: float, gamma: int) -> float:
-    """E(α, γ) = (1 − α^(γ+1)) / (1 − α): tokens per sequence per step, bonus included."""
-    return float(gamma + 1) if alpha >= 1.0 else (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
 
 
 @dataclass
