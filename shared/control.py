@@ -44,6 +44,16 @@ class MemoryEvent(BaseModel):
     preempted: int = 0  # sequences preempted because their blocks could not stay
 
 
+class Lookahead(BaseModel):
+    """A model-free drafter judged on verified text (worker/engine/spec/lookahead.py): at each
+    judged position, the proposal of ``depth`` = len − 1 tokens it would have made; counts of
+    positions by how many of them led the verified tokens, and by how many it proposed."""
+
+    model_config = ConfigDict(extra="forbid")
+    accepted: list[Annotated[int, Field(ge=0)]] = Field(max_length=64)  # [a]: positions with a accepted
+    proposed: list[Annotated[int, Field(ge=0)]] = Field(max_length=64)  # [l]: positions proposing l tokens
+
+
 class StepStats(BaseModel):
     """What one engine step did. ``Telemetry`` is a StepStats plus who sent it and when, so
     every field here reaches the planner under its own name (one list of fields, not two)."""
@@ -66,6 +76,7 @@ class StepStats(BaseModel):
     num_drafts: int = 0  # sequences that drafted this step
     accepted_per_pos: list[int] = Field(default_factory=list)  # accepted drafts at each position
     counterfactual: dict[str, float] = Field(default_factory=dict)  # drafter -> acceptance rate
+    lookahead: dict[str, Lookahead] = Field(default_factory=dict)  # model-free drafters, judged every step
     mean_context: float = 0.0  # mean tokens per running sequence
     running: int = 0
     waiting: int = 0  # queued in the engine

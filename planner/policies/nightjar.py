@@ -174,6 +174,9 @@ class NightjarPolicy(Policy):
         drafter = self.chooser.choose() if self.chooser is not None else self.fixed_drafter
         offload = self.offload.decide() if self.offload is not None else False
         gammas = [0 if offload else b.arm for b in self.bandits]
+        gamma = gammas[self.buckets.index(self.recent_batch)]
+        if self.chooser is not None and gamma > 0 and self.use_prior:
+            drafter = self.prior.best(self.recent_batch, gamma, drafter)[0] or drafter
         explore = [i for i, b in enumerate(self.bandits) if b.explore]
         costs = self.drafter_costs(self.recent_batch) if self.chooser is not None else {}
         return Choice(

@@ -48,12 +48,14 @@ from typing import Any
 
 from planner.policies.bingreedy import MIN_SAMPLES, BinGreedy, Interval, Z
 from planner.policies.signals import acceptance, is_step, switch_seconds
-from shared.control import Telemetry
+from shared.control import Lookahead, Telemetry
 from shared.experts import expected_tokens
 from shared.profile import CostProfile
 
 IDLE_DISCOUNT = 0.998  # per step that ran γ = 0 without counterfactuals: α's weight halves in ~350
 OVERHEAD_WEIGHT = 0.05  # a new step's weight in the moving means of SpecOverhead (~20 steps)
+RUNS_DISCOUNT = 0.99  # per step, on a model-free drafter's lookahead counts (~100 steps)
+MIN_RUNS = 16.0  # judged positions (discounted) before the lookahead replaces E(α, γ)
 
 
 @dataclass
@@ -81,6 +83,44 @@ class Beta:
         n = self.a + self.b
         sd = math.sqrt(self.a * self.b / (n * n * (n + 1.0)))
         return max(self.mean - z * sd, 0.0), min(self.mean + z * sd, 1.0)
+
+
+@dataclass
+class Runs:
+    """A model-free drafter's lookahead (worker/engine/spec/lookahead.py), discounted: judged
+    positions by accepted length and by proposal length, 0..depth. What every γ ≤ depth would
+    give, without E(α, γ)'s i.i.d. assumption: n-gram hits come in runs and its proposals are
+    often short, which the tokens and the rows per verification below take as measured."""
+
+    accepted: list[float]
+    proposed: list[float]
+
+    @property
+    def depth(self) -> int:
+        return len(self.accepted) - 1
+
+    @property
+    def weight(self) -> float:
+        return sum(self.accepted)
+
+    def add(self, la: Lookahead, discount: float) -> None:
+        if len(la.accepted) != len(self.accepted) or len(la.proposed) != len(self.proposed):
+            self.accepted, self.proposed = [0.0] * len(la.accepted), [0.0] * len(la.proposed)
+        self.accepted = [discount * x + n for x, n in zip(self.accepted, la.accepted, strict=True)]
+        self.proposed = [discount * x + n for x, n in zip(self.proposed, la.proposed, strict=True)]
+
+    def tokens(self, gamma: int, z: float) -> tuple[float, float, float]:
+        """Tokens per verification at γ: (high, mean, low), ± ``z`` standard errors."""
+        n = self.weight
+        m1 = sum(c * min(a, gamma) for a, c in enumerate(self.accepted)) / n
+        m2 = sum(c * min(a, gamma) ** 2 for a, c in enumerate(self.accepted)) / n
+        half = z * math.sqrt(max(m2 - m1 * m1, 0.0) / n)
+        return 1.0 + min(m1 + half, gamma), 1.0 + m1, 1.0 + max(m1 - half, 0.0)
+
+    def rows(self, gamma: int) -> float:
+        """Rows per sequence a verification at γ runs: 1 + the draft tokens proposed."""
+        n = max(sum(self.proposed), 1e-9)
+        return 1.0 + sum(c * min(length, gamma) for length, c in enumerate(self.proposed)) / n
 
 
 @dataclass
@@ -145,6 +185,7 @@ class ProfilePrior:
         self.acceptance: dict[str, Beta] = {}
         self.running: str | None = None  # the drafter the workers ran last
         self.overhead = SpecOverhead()
+        self.runs: dict[str, Runs] = {}  # model-free drafters' lookahead
 
     def use(self, profile: CostProfile) -> None:
         self.profile = profile
@@ -157,6 +198,10 @@ class ProfilePrior:
         if not is_step(t):
             return
         self.overhead.observe(t)
+        for name, la in t.lookahead.items():
+            self.runs.setdefault(name, Runs([0.0] * len(la.accepted), [0.0] * len(la.proposed))).add(
+                la, RUNS_DISCOUNT
+            )
         if t.gamma == 0 and not t.counterfactual:  # nothing learned: what is known fades
             for beta in self.acceptance.values():
                 beta.fade(IDLE_DISCOUNT)
@@ -176,6 +221,18 @@ class ProfilePrior:
         """The drafter ``name`` means: the one the workers ran last for None (their default)."""
         return name if name is not None else self.running
 
+    def best(self, batch: int, gamma: int, drafter: str | None = None) -> tuple[str | None, Interval | None]:
+        """``drafter`` and its prediction or, where one predicts a lower loss, a model-free
+        drafter its lookahead measures (the per-token counterfactual the drafter choice
+        learns from undervalues n-gram's runs; nightjar then publishes that one)."""
+        name, best = self.drafter(drafter), self.predict(batch, gamma, drafter)
+        for other, runs in sorted(self.runs.items()):
+            if other != name and runs.weight >= MIN_RUNS:
+                pred = self.predict(batch, gamma, other)
+                if pred is not None and (best is None or pred.mean < best.mean):
+                    name, best = other, pred
+        return name, best
+
     def predict(self, batch: int, gamma: int, drafter: str | None = None) -> Interval | None:
         """Predicted latency per token per sequence at (batch, γ, drafter), or None."""
         p = self.profile
@@ -187,6 +244,13 @@ class ProfilePrior:
         name = self.drafter(drafter)
         if p.drafter(name) is None or gamma + 1 > p.rows[-1]:
             return None
+        runs = self.runs.get(name or "")
+        if runs is not None and runs.weight >= MIN_RUNS and gamma <= runs.depth:
+            # Measured by lookahead: the tokens and the verify rows of every γ, as they come.
+            step = gamma * p.draft(batch, p.drafter(name)) + p.target(batch, runs.rows(gamma))
+            step += self.overhead.seconds(batch)
+            paired = tuple(step / e for e in runs.tokens(gamma, self.z))
+            return Interval(paired[1], paired[0], paired[2], paired).scaled(1.0, self.time_tol)
         step = p.step(batch, gamma, p.drafter(name)) + self.overhead.seconds(batch)
         beta = self.acceptance.get(name or "", Beta())
         a_lo, a_hi = beta.bounds(self.z)
@@ -198,12 +262,15 @@ class ProfilePrior:
             "acceptance": {n: [b.a, b.b] for n, b in self.acceptance.items()},
             "running": self.running,
             "overhead": self.overhead.state_dict(),
+            "runs": {n: [r.accepted, r.proposed] for n, r in self.runs.items()},
         }
 
     def load_state_dict(self, s: dict[str, Any]) -> None:
         self.acceptance = {str(n): Beta(float(v[0]), float(v[1])) for n, v in s["acceptance"].items()}
         self.running = s.get("running")
         self.overhead.load_state_dict(s.get("overhead", {}))
+        self.runs = {str(n): Runs([float(x) for x in v[0]], [float(x) for x in v[1]])
+                     for n, v in s.get("runs", {}).items()}  # fmt: skip
 
 
 def arm_intervals(
@@ -212,7 +279,7 @@ def arm_intervals(
     """Every arm's interval in one bucket (None per arm: nothing known; None: no profile)."""
     if prior.profile is None:
         return None
-    preds = [prior.predict(batch, g, drafter) for g in range(bandit.n_arms)]
+    preds = [prior.best(batch, g, drafter)[1] for g in range(bandit.n_arms)]
     means = bandit.means
     num = den = 0.0
     for a, pred in enumerate(preds):

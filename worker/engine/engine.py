@@ -156,6 +156,7 @@ class LLMEngine(Engine):
             num_drafts=feedback.drafts,
             accepted_per_pos=feedback.per_pos,
             counterfactual=feedback.counterfactual,
+            lookahead=feedback.lookahead,
             mean_context=sum(len(s.token_ids) for s in running) / len(running) if running else 0.0,
             running=len(running),
             waiting=len(self.scheduler.waiting),

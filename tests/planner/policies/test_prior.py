@@ -264,3 +264,58 @@ def test_the_drafter_choice_weighs_acceptance_against_the_profiled_cost() -> Non
         step += 1
         assert step < 5000
     assert step > 200  # not at once
+
+
+def test_runs_give_tokens_and_rows_per_gamma() -> None:
+    from planner.policies.prior import Runs
+    from shared.control import Lookahead
+
+    runs = Runs([0.0] * 5, [0.0] * 5)
+    runs.add(Lookahead(accepted=[3, 0, 0, 0, 1], proposed=[2, 0, 0, 0, 2]), 0.99)
+    assert runs.weight == 4 and runs.depth == 4
+    hi, mean, lo = runs.tokens(4, 2.0)
+    assert mean == pytest.approx(2.0) and lo < mean < hi <= 5.0  # one run of 4 in four positions
+    assert runs.tokens(1, 0.0)[1] == pytest.approx(1.25)  # at γ = 1 the run counts once
+    assert runs.rows(4) == pytest.approx(3.0) and runs.rows(2) == pytest.approx(2.0)
+
+
+def _gamma_at(table: list[tuple[int, int]], batch: int) -> int:
+    return next(g for upper, g in table if batch <= upper)
+
+
+def test_lookahead_lets_nightjar_speculate_with_ngram_it_never_ran() -> None:
+    """n-gram's first guess is right a quarter of the time, but then it runs on for all four
+    tokens, and it proposes at half the positions: E(0.25, 4) = 1.33 tokens over a full five-row
+    verification says γ = 4 loses; what it really gives (2 tokens over 3 rows) wins. Judged on
+    verified text at γ = 0 steps (the workers' lookahead), the prior knows that without running
+    γ > 0 at all, and nightjar speculates with n-gram; without the lookahead it stays at γ = 0."""
+    from shared.control import Lookahead
+
+    batches, rows = [1, 4, 16], [1, 2, 3, 4, 5]
+    profile = CostProfile(
+        model="fake", batches=batches, rows=rows, source="test",
+        target_s=[[0.010 * (1 + 0.15 * (q - 1)) for q in rows] for _ in batches],
+        drafter_s={"head": [0.001] * 3, "ngram": [0.00001] * 3},
+    )  # fmt: skip
+
+    def run(lookahead: bool) -> Any:
+        policy = registry.create("nightjar", offload=False)
+        policy.use_profile(profile)
+        la = {"ngram": Lookahead(accepted=[3, 0, 0, 0, 1], proposed=[2, 0, 0, 0, 2])} if lookahead else {}
+        for step in range(200):
+            policy.observe(Telemetry(worker_id="w", step=step, batch_size=4, num_tokens=4, step_time=0.010,
+                                     lookahead=la))  # fmt: skip
+        return policy
+
+    policy = run(True)
+    plain, spec = policy.prior.predict(4, 0), policy.prior.predict(4, 4, "ngram")
+    assert plain is not None and spec is not None
+    assert spec.mean == pytest.approx((4 * 0.00001 + 0.010 * 1.3) / 2.0, rel=1e-3)
+    assert spec.hi < plain.lo  # surely faster
+    choice = policy.decide(0.0)
+    assert _gamma_at(choice.gamma_table, 4) > 0 and choice.drafter == "ngram"
+    blind = run(False).decide(0.0)
+    assert _gamma_at(blind.gamma_table, 4) == 0
+    restored = registry.create("nightjar", offload=False)
+    restored.load_state_dict(policy.state_dict())
+    assert restored.prior.runs["ngram"].accepted == policy.prior.runs["ngram"].accepted

@@ -32,13 +32,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from shared.control import Decision
+from shared.control import Decision, Lookahead
 from shared.experts import ExpertLearner
 from worker.engine.records import Drafted, DraftRound, Verified
 from worker.engine.scheduler import Scheduled
 from worker.engine.sequence import Sequence
 from worker.engine.spec.drafter import Drafter
+from worker.engine.spec.lookahead import DEPTH, LookaheadJudge
 from worker.engine.spec.memory import ElasticMemory
+from worker.engine.spec.ngram import NgramDrafter
 from worker.engine.spec.pool import DrafterPool, pooled
 from worker.engine.spec.router import DrafterChoice
 
@@ -53,6 +55,7 @@ class Feedback:
     drafts: int = 0  # sequences whose drafts were verified
     per_pos: list[int] = field(default_factory=list)  # accepted drafts at each draft position
     deferred: bool = False  # the first speculative step after γ = 0: no counterfactual scored
+    lookahead: dict[str, Lookahead] = field(default_factory=dict)  # model-free drafters, every step
 
 
 class Speculator:
@@ -61,6 +64,8 @@ class Speculator:
         self._decision: Decision | None = None  # of the step being drafted: its drafter scope
         self._idle = False  # the last decoding step ran γ = 0 (the drafters fell behind)
         self._resumed = False  # this step drafts right after γ = 0: its feedback scores nobody
+        free = [d for d in pool.drafters.values() if isinstance(d, NgramDrafter)] if pool else []
+        self.judge = LookaheadJudge(free, min(DEPTH, max_gamma)) if free and max_gamma > 0 else None
 
     def choose(self, decision: Decision | None, batch: int) -> tuple[int, Drafter | None]:
         """γ and the drafter (per-request scope: every new sequence's first drafter)."""
@@ -159,19 +164,26 @@ class Speculator:
     def free(self, seq_id: str) -> None:
         if self.pool is not None:
             self.pool.free(seq_id)
+        if self.judge is not None:
+            self.judge.free(seq_id)
 
     def reset(self) -> None:
         """Drop every drafter's per-sequence state (each catches up at its next draft)."""
         if self.pool is not None:
             self.pool.reset()
+        if self.judge is not None:
+            self.judge.reset()
 
     def feedback(self, drafter: Drafter | None, verified: list[Verified]) -> Feedback:
         """Realised acceptance of the drafters that drafted and, when due, every other
         drafter's counterfactual acceptance on the same verified tokens; in per-request
         scope each sequence's learner learns from its own (router.py)."""
         drafted = [v for v in verified if v.drafted is not None]
+        # Model-free drafters are judged on every step, γ = 0 included (lookahead.py).
+        judge = self.judge if self.scores_drafters else None
+        lookahead = judge.judge([v.seq for v in verified]) if judge is not None else {}
         if self.pool is None or drafter is None or not drafted:
-            return Feedback()
+            return Feedback(lookahead=lookahead)
         accepted = 0
         counts: list[dict[str, tuple[float, int]]] = []  # per sequence: drafter -> (accepted, judged)
         for v in drafted:
@@ -214,4 +226,4 @@ class Speculator:
         for v in drafted:
             for pos in range(min(len(v.emitted) - 1, len(per_pos))):
                 per_pos[pos] += 1
-        return Feedback(accepted, rates, seconds, len(drafted), per_pos, deferred)
+        return Feedback(accepted, rates, seconds, len(drafted), per_pos, deferred, lookahead)

@@ -1,0 +1,85 @@
+"""Model-free drafters judged on the text already verified, at every step (γ = 0 included).
+
+The n-gram drafter costs a dictionary lookup, so what it would have done is cheap to know
+exactly, whatever ran: at a position j of a sequence's output whose next ``depth`` tokens are
+verified, propose ``depth`` tokens from ``tokens[:j]`` and count how many of them lead the
+verified ones. Over positions, a histogram of those accepted lengths (0..depth) and one of the
+proposals' lengths give, for every γ ≤ depth at once, the tokens a verification would emit,
+E_γ = 1 + mean(min(a, γ)), and the draft rows it would verify, mean(min(l, γ)). Both matter:
+n-gram proposals are often short or empty, and its hits come in runs, so E(α, γ) from one
+per-token α misjudges it (on SmolLM2's own chat continuations: α 0.31 at γ = 1, yet E at γ = 4
+is 1.90, not E(0.31, 4) = 1.45; no proposal at 40 % of positions). The planner's prior
+(planner/policies/prior.py) reads the histograms from telemetry (``StepStats.lookahead``), so
+speculation with n-gram is judged without running it: the prior, not users' latency, pays
+for learning it.
+
+Per step each decoding sequence gives at most its newest ready position (older ones it did
+not reach are skipped), and at most ``max_positions`` sequences are judged, in turn; each has
+its own lagging ``NgramIndex``, freed with the sequence.
+"""
+
+from __future__ import annotations
+
+from shared.control import Lookahead
+from worker.engine.sequence import Sequence
+from worker.engine.spec.ngram import NgramDrafter, NgramIndex
+
+DEPTH = 4  # tokens judged after each position (the planner's γ range by default)
+MAX_POSITIONS = 16  # positions judged per step, at most
+
+
+class LookaheadJudge:
+    """Histograms of what each model-free drafter would have accepted, step by step."""
+
+    def __init__(
+        self, drafters: list[NgramDrafter], depth: int = DEPTH, max_positions: int = MAX_POSITIONS
+    ) -> None:
+        if depth < 1 or max_positions < 1:
+            raise ValueError("the lookahead needs depth ≥ 1 and max_positions ≥ 1")
+        self.drafters, self.depth, self.max_positions = drafters, depth, max_positions
+        self._index: dict[tuple[str, str], NgramIndex] = {}  # (drafter, sequence) -> lagging index
+        self._next: dict[str, int] = {}  # sequence -> first position not judged yet
+        self._turn = 0  # rotates which sequences are judged when there are too many
+
+    def judge(self, seqs: list[Sequence]) -> dict[str, Lookahead]:
+        """Each drafter's histograms over this step's newly ready positions (empty: none)."""
+        ready = [(s, j) for s in seqs if (j := self._ready(s)) is not None]
+        if not ready or not self.drafters:
+            return {}
+        if len(ready) > self.max_positions:
+            start = self._turn % len(ready)
+            ready = (ready[start:] + ready[:start])[: self.max_positions]
+            self._turn += self.max_positions
+        out = {d.name: Lookahead(accepted=[0] * (self.depth + 1), proposed=[0] * (self.depth + 1))
+               for d in self.drafters}  # fmt: skip
+        for seq, j in ready:
+            tokens, verified = seq.token_ids, seq.token_ids[j : j + self.depth]
+            for d in self.drafters:
+                index = self._index.get((d.name, seq.request_id))
+                if index is None:
+                    index = self._index[(d.name, seq.request_id)] = NgramIndex(d.max_n, d.min_n)
+                index.extend(tokens, j)
+                proposal = index.propose(self.depth)
+                hit = 0
+                while hit < len(proposal) and proposal[hit] == verified[hit]:
+                    hit += 1
+                out[d.name].accepted[hit] += 1
+                out[d.name].proposed[len(proposal)] += 1
+            self._next[seq.request_id] = j + 1
+        return out
+
+    def _ready(self, seq: Sequence) -> int | None:
+        """The newest position of ``seq`` with ``depth`` verified tokens after it, if not
+        judged yet (the first draft of a sequence comes after its first output token)."""
+        j = len(seq.token_ids) - self.depth
+        first = max(self._next.get(seq.request_id, 0), seq.num_prompt + 1)
+        return j if j >= first else None
+
+    def free(self, seq_id: str) -> None:
+        self._next.pop(seq_id, None)
+        for d in self.drafters:
+            self._index.pop((d.name, seq_id), None)
+
+    def reset(self) -> None:
+        self._index.clear()
+        self._next.clear()
