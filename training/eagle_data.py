@@ -162,13 +162,13 @@ def cached_features(model: PreTrainedModel, model_dir: Path, prompts: list[list[
 class DataSpec:
     """How much of the target's own text to make: prompts per source and tokens per prompt."""
 
-    chat_prompts: int = 96  # per chat source (Alpaca and ShareGPT each)
-    code_prompts: int = 128
-    more_chat: int = 160  # a second set of Alpaca prompts (the next ones), cached apart
-    more_sharegpt: int = 0  # a second set of ShareGPT prompts
-    more_code: int = 64  # a second set of code prefixes (another seed)
+    chat_prompts: int = 192  # per chat source (Alpaca and ShareGPT each)
+    code_prompts: int = 256
+    more_chat: int = 576  # a second set of Alpaca prompts (the next ones), cached apart
+    more_sharegpt: int = 288  # a second set of ShareGPT prompts
+    more_code: int = 384  # a second set of code prefixes (another seed)
     new_tokens: int = 128
-    eval_prompts: int = 16  # held-out prompts per evaluation domain
+    eval_prompts: int = 32  # held-out prompts per evaluation domain
     eval_new_tokens: int = 96
     seed: int = 0
 

@@ -34,8 +34,8 @@ EVAL_DOMAINS = ("chat", "sharegpt", "code")
 CHAT_SETS = ("chat-train", "sharegpt-train", "chat-train-2", "sharegpt-train-2")
 CODE_SETS = ("code-train", "code-train-2")
 HEADS = (
-    HeadRecipe(name="smol-eagle-chat", train_sets=CHAT_SETS, other_sets=("code-train",), steps=200),
-    HeadRecipe(name="smol-eagle-code", train_sets=CODE_SETS, other_sets=CHAT_SETS, steps=200),
+    HeadRecipe(name="smol-eagle-chat", train_sets=CHAT_SETS, other_sets=("code-train",), steps=800),
+    HeadRecipe(name="smol-eagle-code", train_sets=CODE_SETS, other_sets=CHAT_SETS, steps=800),
 )
 _LAYER = {  # EagleHead attribute -> the engine's (HF Llama) name under model.layers.0.
     "input_norm": "input_layernorm.weight", "q": "self_attn.q_proj.weight", "k": "self_attn.k_proj.weight",

@@ -13,9 +13,11 @@ is 1.90, not E(0.31, 4) = 1.45; no proposal at 40 % of positions). The planner's
 speculation with n-gram is judged without running it: the prior, not users' latency, pays
 for learning it.
 
-Per step each decoding sequence gives at most its newest ready position (older ones it did
-not reach are skipped), and at most ``max_positions`` sequences are judged, in turn; each has
-its own lagging ``NgramIndex``, freed with the sequence.
+The judge follows at most ``max_sequences`` sequences at a time (a lagging ``NgramIndex``
+each, kept in step with its verified tokens: the cost is per token of the followed sequences,
+so it stays small at any batch size); a sequence beyond that is not followed until a followed
+one is freed. Each followed sequence gives its newest ready position per step (one a step at
+γ = 0; a speculative step that verified several tokens skips the older ones).
 """
 
 from __future__ import annotations
@@ -25,31 +27,30 @@ from worker.engine.sequence import Sequence
 from worker.engine.spec.ngram import NgramDrafter, NgramIndex
 
 DEPTH = 4  # tokens judged after each position (the planner's γ range by default)
-MAX_POSITIONS = 16  # positions judged per step, at most
+MAX_SEQUENCES = 4  # sequences followed at a time
 
 
 class LookaheadJudge:
     """Histograms of what each model-free drafter would have accepted, step by step."""
 
     def __init__(
-        self, drafters: list[NgramDrafter], depth: int = DEPTH, max_positions: int = MAX_POSITIONS
+        self, drafters: list[NgramDrafter], depth: int = DEPTH, max_sequences: int = MAX_SEQUENCES
     ) -> None:
-        if depth < 1 or max_positions < 1:
-            raise ValueError("the lookahead needs depth ≥ 1 and max_positions ≥ 1")
-        self.drafters, self.depth, self.max_positions = drafters, depth, max_positions
+        if depth < 1 or max_sequences < 1:
+            raise ValueError("the lookahead needs depth ≥ 1 and max_sequences ≥ 1")
+        self.drafters, self.depth, self.max_sequences = drafters, depth, max_sequences
         self._index: dict[tuple[str, str], NgramIndex] = {}  # (drafter, sequence) -> lagging index
-        self._next: dict[str, int] = {}  # sequence -> first position not judged yet
-        self._turn = 0  # rotates which sequences are judged when there are too many
+        self._next: dict[str, int] = {}  # followed sequence -> first position not judged yet
 
     def judge(self, seqs: list[Sequence]) -> dict[str, Lookahead]:
         """Each drafter's histograms over this step's newly ready positions (empty: none)."""
+        for seq in seqs:
+            if len(self._next) >= self.max_sequences:
+                break
+            self._next.setdefault(seq.request_id, seq.num_prompt + 1)
         ready = [(s, j) for s in seqs if (j := self._ready(s)) is not None]
         if not ready or not self.drafters:
             return {}
-        if len(ready) > self.max_positions:
-            start = self._turn % len(ready)
-            ready = (ready[start:] + ready[:start])[: self.max_positions]
-            self._turn += self.max_positions
         out = {d.name: Lookahead(accepted=[0] * (self.depth + 1), proposed=[0] * (self.depth + 1))
                for d in self.drafters}  # fmt: skip
         for seq, j in ready:
@@ -69,11 +70,11 @@ class LookaheadJudge:
         return out
 
     def _ready(self, seq: Sequence) -> int | None:
-        """The newest position of ``seq`` with ``depth`` verified tokens after it, if not
-        judged yet (the first draft of a sequence comes after its first output token)."""
+        """The newest position of a followed ``seq`` with ``depth`` verified tokens after it,
+        if not judged yet (a sequence's first draft comes after its first output token)."""
+        first = self._next.get(seq.request_id)
         j = len(seq.token_ids) - self.depth
-        first = max(self._next.get(seq.request_id, 0), seq.num_prompt + 1)
-        return j if j >= first else None
+        return j if first is not None and j >= first else None
 
     def free(self, seq_id: str) -> None:
         self._next.pop(seq_id, None)

@@ -47,17 +47,20 @@ def test_every_position_is_judged_once_as_the_scan_would() -> None:
     assert not judge._index and not judge._next
 
 
-def test_a_speculative_step_judges_only_its_newest_ready_position_and_the_cap_rotates() -> None:
+def test_a_speculative_step_judges_only_its_newest_ready_position_and_few_are_followed() -> None:
     tokens = [1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3]
-    judge = LookaheadJudge([NgramDrafter()], depth=2, max_positions=2)
+    judge = LookaheadJudge([NgramDrafter()], depth=2, max_sequences=2)
     seqs = [Sequence(f"s{i}", tokens[:2], SamplingParams(), token_ids=list(tokens)) for i in range(3)]
     first = judge.judge(seqs)["ngram"]
-    assert sum(first.accepted) == 2  # the cap: two sequences this step
+    assert sum(first.accepted) == 2 and first.accepted[2] == 2  # the repeating text: both lead
     assert set(judge._next) == {"s0", "s1"} and judge._next["s0"] == len(tokens) - 2 + 1
-    second = judge.judge(seqs)["ngram"]
-    assert sum(second.accepted) == 1  # s2's turn; s0 and s1 have nothing new
-    assert judge.judge(seqs) == {}
-    assert first.accepted[2] == 2  # the repeating text: both drafts lead
+    assert judge.judge(seqs) == {}  # nothing new
+    judge.free("s0")  # finished: gone from the batch
+    seqs = seqs[1:]
+    for s in seqs:
+        s.token_ids.append(1)
+    again = judge.judge(seqs)["ngram"]
+    assert sum(again.accepted) == 2 and set(judge._next) == {"s1", "s2"}  # s2 took s0's place
 
 
 def test_engine_reports_lookahead_at_gamma_zero_only_when_the_decision_scores(
