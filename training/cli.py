@@ -55,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--smollm2", type=Path, default=SMOLLM2_DIR, help="SmolLM2 export (made if missing)")
     g.add_argument("--steps", type=int, default=None, help="override each head's step count")
     g.add_argument("--vocab", type=int, default=8192, help="draft vocabulary (frequency-ranked tokens)")
-    g.add_argument("--threads", type=int, default=1)
+    g.add_argument("--threads", type=int, default=2)
     g.add_argument("--heads", default="", help="comma-separated head names to train (default: all)")
     v = sub.add_parser("eval-smol", help="measure the smol drafters against SmolLM2 and rewrite MODELS.md")
     v.add_argument("--models", type=Path, default=Path("models"))
