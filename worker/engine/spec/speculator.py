@@ -28,6 +28,7 @@ so the bandit weighs it against plain decoding.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
@@ -56,6 +57,16 @@ class Feedback:
     per_pos: list[int] = field(default_factory=list)  # accepted drafts at each draft position
     deferred: bool = False  # the first speculative step after γ = 0: no counterfactual scored
     lookahead: dict[str, Lookahead] = field(default_factory=dict)  # model-free drafters, every step
+
+
+def shared_costs(costs: dict[str, float], groups: Counter[str], own: str, batch: int) -> dict[str, float]:
+    """Each drafter's cost as one sequence's learner should weigh it: a draft step is paid by
+    the whole step, whatever number of sequences draft with it, so a drafter that ``n`` of the
+    ``batch`` sequences use (counting this one, were it to switch) costs ``batch / n`` times its
+    cost. Measured on nj-target at 4 users on stories: with the plain per-drafter cost, 15 % of
+    the sequences followed the prose drafter (accepted more often on some stories), and every
+    speculative step paid its forward: 0.675× static n-gram-4."""
+    return {d: c * batch / max(groups.get(d, 0) + (d != own), 1) for d, c in costs.items()}
 
 
 class Speculator:
@@ -213,12 +224,14 @@ class Speculator:
             seconds = time.perf_counter() - t0
         if self.per_request:  # full information: every drafter's rate on its own positions
             learnt = set(scored)
+            groups = Counter(v.drafted.drafter for v in drafted if v.drafted is not None)
             for i, v in enumerate(drafted):
                 choice = v.seq.drafter_choice
                 if choice is not None and i in learnt:
                     assert v.drafted is not None
                     rates = {name: x / n for name, (x, n) in counts[i].items() if n}
-                    choice.learn(rates, v.drafted.requested, self._costs())
+                    costs = shared_costs(self._costs(), groups, v.drafted.drafter, len(drafted))
+                    choice.learn(rates, v.drafted.requested, costs)
                 elif choice is not None:
                     choice.skip()
         rates = pooled(counts)

@@ -175,3 +175,27 @@ def test_in_per_request_scope_only_resuming_speculation_is_a_switch_cost() -> No
         step(v, 2)
         v += 1
     assert out == reference  # the target's output alone
+
+
+def test_a_drafter_few_sequences_use_costs_them_the_whole_step() -> None:
+    """A draft forward is paid by the step, not by the sequences drafting with it: a drafter
+    used by n of B sequences weighs B/n times its cost (one more user for a drafter a
+    sequence would switch to), so at batch 4 one sequence alone on a model drafter does not
+    pay its own way where n-gram serves the other three."""
+    from collections import Counter
+
+    import pytest
+
+    from shared.experts import drafter_speed
+    from worker.engine.spec.speculator import shared_costs
+
+    costs = {"ngram": 0.003, "prose": 0.3}
+    groups = Counter({"ngram": 3, "prose": 1})
+    assert shared_costs(costs, groups, "ngram", 4) == {"ngram": 0.003 * 4 / 3, "prose": 0.3 * 4 / 2}
+    assert shared_costs(costs, groups, "prose", 4) == {"ngram": 0.003 * 1, "prose": 0.3 * 4}
+    assert shared_costs(costs, Counter({"prose": 4}), "prose", 4)["prose"] == pytest.approx(0.3)
+    # a story where prose's first guess is right 70 % of the time, n-gram's 20 %: alone at
+    # batch 4 prose is slower than n-gram, which it beats at its plain per-step cost
+    alone = shared_costs(costs, groups, "prose", 4)
+    assert drafter_speed(0.7, 3, 0.3) > drafter_speed(0.2, 3, 0.003)
+    assert drafter_speed(0.7, 3, alone["prose"]) < drafter_speed(0.2, 3, alone["ngram"])
