@@ -249,12 +249,14 @@ class ProfilePrior:
             # Measured by lookahead: the tokens and the verify rows of every γ, as they come.
             step = gamma * p.draft(batch, p.drafter(name)) + p.target(batch, runs.rows(gamma))
             step += self.overhead.seconds(batch)
-            paired = tuple(step / e for e in runs.tokens(gamma, self.z))
-            return Interval(paired[1], paired[0], paired[2], paired).scaled(1.0, self.time_tol)
+            return self._interval(tuple(step / e for e in runs.tokens(gamma, self.z)))
         step = p.step(batch, gamma, p.drafter(name)) + self.overhead.seconds(batch)
         beta = self.acceptance.get(name or "", Beta())
         a_lo, a_hi = beta.bounds(self.z)
-        paired = tuple(step / expected_tokens(a, gamma) for a in (a_hi, beta.mean, a_lo))
+        return self._interval(tuple(step / expected_tokens(a, gamma) for a in (a_hi, beta.mean, a_lo)))
+
+    def _interval(self, paired: tuple[float, ...]) -> Interval:
+        """The loss at acceptance's (high, mean, low), widened by the profile's time tolerance."""
         return Interval(paired[1], paired[0], paired[2], paired).scaled(1.0, self.time_tol)
 
     def state_dict(self) -> dict[str, Any]:

@@ -49,7 +49,7 @@ class LookaheadJudge:
                 break
             self._next.setdefault(seq.request_id, seq.num_prompt + 1)
         ready = [(s, j) for s in seqs if (j := self._ready(s)) is not None]
-        if not ready or not self.drafters:
+        if not ready:
             return {}
         out = {d.name: Lookahead(accepted=[0] * (self.depth + 1), proposed=[0] * (self.depth + 1))
                for d in self.drafters}  # fmt: skip

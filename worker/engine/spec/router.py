@@ -34,6 +34,7 @@ output the target's alone.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from shared.experts import ExpertLearner, drafter_speed
@@ -81,3 +82,13 @@ class DrafterChoice:
         if weights[leader] > weights.get(self.current, -1.0) + MARGIN:
             self.current = leader
             self.switches += 1
+
+
+def shared_costs(costs: dict[str, float], groups: Counter[str], own: str, batch: int) -> dict[str, float]:
+    """Each drafter's cost as one sequence's learner should weigh it: a draft step is paid by
+    the whole step, whatever number of sequences draft with it, so a drafter that ``n`` of the
+    ``batch`` sequences use (counting this one, were it to switch) costs ``batch / n`` times its
+    cost. Measured on nj-target at 4 users on stories: with the plain per-drafter cost, 15 % of
+    the sequences followed the prose drafter (accepted more often on some stories), and every
+    speculative step paid its forward: 0.675× static n-gram-4."""
+    return {d: c * batch / max(groups.get(d, 0) + (d != own), 1) for d, c in costs.items()}

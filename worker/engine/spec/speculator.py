@@ -43,7 +43,7 @@ from worker.engine.spec.lookahead import DEPTH, LookaheadJudge
 from worker.engine.spec.memory import ElasticMemory
 from worker.engine.spec.ngram import NgramDrafter
 from worker.engine.spec.pool import DrafterPool, pooled
-from worker.engine.spec.router import DrafterChoice
+from worker.engine.spec.router import DrafterChoice, shared_costs
 
 
 @dataclass
@@ -57,16 +57,6 @@ class Feedback:
     per_pos: list[int] = field(default_factory=list)  # accepted drafts at each draft position
     deferred: bool = False  # the first speculative step after γ = 0: no counterfactual scored
     lookahead: dict[str, Lookahead] = field(default_factory=dict)  # model-free drafters, every step
-
-
-def shared_costs(costs: dict[str, float], groups: Counter[str], own: str, batch: int) -> dict[str, float]:
-    """Each drafter's cost as one sequence's learner should weigh it: a draft step is paid by
-    the whole step, whatever number of sequences draft with it, so a drafter that ``n`` of the
-    ``batch`` sequences use (counting this one, were it to switch) costs ``batch / n`` times its
-    cost. Measured on nj-target at 4 users on stories: with the plain per-drafter cost, 15 % of
-    the sequences followed the prose drafter (accepted more often on some stories), and every
-    speculative step paid its forward: 0.675× static n-gram-4."""
-    return {d: c * batch / max(groups.get(d, 0) + (d != own), 1) for d, c in costs.items()}
 
 
 class Speculator:

@@ -187,7 +187,7 @@ def test_a_drafter_few_sequences_use_costs_them_the_whole_step() -> None:
     import pytest
 
     from shared.experts import drafter_speed
-    from worker.engine.spec.speculator import shared_costs
+    from worker.engine.spec.router import shared_costs
 
     costs = {"ngram": 0.003, "prose": 0.3}
     groups = Counter({"ngram": 3, "prose": 1})
