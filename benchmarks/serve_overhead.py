@@ -207,8 +207,12 @@ class ServedRow:
 
 def _client(base_url: str, concurrency: int) -> httpx.AsyncClient:
     """The load client: one kept-alive connection per user (httpx keeps 20 by default, so
-    at 32 users a third of the requests would open a new connection)."""
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    at 32 users a third of the requests would open a new connection). Idle ones are dropped
+    after 2 s, before the gateway's 5 s keep-alive closes them: reusing one the server is
+    closing at that moment fails the request (httpx's default expiry is the same 5 s)."""
+    limits = httpx.Limits(
+        max_connections=concurrency, max_keepalive_connections=concurrency, keepalive_expiry=2.0
+    )
     return httpx.AsyncClient(base_url=base_url, timeout=600, limits=limits)
 
 

@@ -131,7 +131,12 @@ async def _job_for(store: JobStore, endpoint: str, body: Any, job_id: str) -> Jo
     max_tokens = fit_max_tokens(cap, max_tokens, given is not None, len(ids) if ids is not None else None)
     try:
         return JobRequest(
-            job_id=job_id, model=cap.model, params=req.sampling(max_tokens), priority=req.priority, **inputs
+            job_id=job_id,
+            model=cap.model,
+            params=req.sampling(max_tokens),
+            priority=req.priority,
+            output_kind="final_only",  # read only once done
+            **inputs,
         )
     except (ValidationError, ValueError) as exc:
         raise _bad(str(exc)) from None

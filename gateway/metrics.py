@@ -207,10 +207,15 @@ class MeteredStore(JobStore):
             if final.ttft_s is not None:
                 self.metrics.ttft.labels(**lb).observe(max(0.0, final.ttft_s))
             return
-        self._timeline(lb, events, created)
+        self._timeline(lb, events, created, final.ttft_s)
 
-    def _timeline(self, lb: dict[str, str], events: list[StoredEvent], created: float) -> None:
-        """Queue time, TTFT and inter-token latencies from the events' entry times."""
+    def _timeline(
+        self, lb: dict[str, str], events: list[StoredEvent], created: float, ttft_s: float | None
+    ) -> None:
+        """Queue time, TTFT and inter-token latencies from the events' entry times. The TTFT
+        is the worker's (``ttft_s``) when it gave one: a final_only job's first tokens are
+        written later, in one piece with the ones after (worker/job_run.py ``release``); the
+        rest of that piece is spread from the first token to its write."""
         started = last = None
         itl: Histogram | None = None
         for ev in events:
@@ -223,9 +228,10 @@ class MeteredStore(JobStore):
             elif isinstance(ev.msg, TokenEvent) and ev.msg.token_ids:
                 n = len(ev.msg.token_ids)
                 if last is None:
-                    self.metrics.ttft.labels(**lb).observe(max(0.0, at - created))
+                    first = at - created if ttft_s is None else ttft_s
+                    self.metrics.ttft.labels(**lb).observe(max(0.0, first))
                     n -= 1  # the first token's own latency is the TTFT
-                    gap = 0.0
+                    gap = max(0.0, at - created - first) / n if n else 0.0
                 else:
                     gap = max(0.0, at - last) / n
                 if n > 0:

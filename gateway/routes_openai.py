@@ -9,7 +9,7 @@ An ``Idempotency-Key`` header makes a retried request follow the job the first a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import Response
@@ -157,7 +157,7 @@ async def _serve(
         for k in range(body.n):
             params = body.sampling(fitted, _choice_seed(body.seed, k))
             job_id = job_ids[p * body.n + k]
-            jobs.append(_job(job_id, cap.model, inputs, params, body.priority, body.metadata))
+            jobs.append(_job(job_id, cap.model, inputs, params, body.priority, body.metadata, body.stream))
     submitted: list[str] = []
     try:
         for i, job in enumerate(jobs):
@@ -196,10 +196,20 @@ def _job(
     params: Any,
     priority: int,
     metadata: dict[str, str] | None,
+    stream: bool,
 ) -> JobRequest:
+    # A non-streaming client awaits the result alone: the worker need not write every
+    # step's tokens (a retry that streams still reads them, in coarser pieces).
+    kind: Literal["delta", "final_only"] = "delta" if stream else "final_only"
     try:
         return JobRequest(
-            job_id=job_id, model=model, params=params, priority=priority, metadata=metadata or {}, **inputs
+            job_id=job_id,
+            model=model,
+            params=params,
+            priority=priority,
+            metadata=metadata or {},
+            output_kind=kind,
+            **inputs,
         )
     except ValidationError as exc:
         err = from_validation(exc)

@@ -91,6 +91,13 @@ def _add_worker(p: argparse.ArgumentParser) -> None:
     p.add_argument("--renew", type=float, default=env("RENEW_S", "10"), help="NIGHTJAR_RENEW_S")
     p.add_argument("--autoclaim", type=float, default=env("AUTOCLAIM_S", "5"), help="NIGHTJAR_AUTOCLAIM_S")
     p.add_argument(
+        "--progress-interval",
+        type=float,
+        default=env("PROGRESS_S", "0.5"),
+        help="seconds between writes of the tokens of a job whose client awaits only its result "
+        "(a non-streaming completion); streamed jobs are written every step (NIGHTJAR_PROGRESS_S)",
+    )
+    p.add_argument(
         "--max-deliveries", type=int, default=env("MAX_DELIVERIES", "3"), help="NIGHTJAR_MAX_DELIVERIES"
     )
     p.add_argument(

@@ -88,6 +88,7 @@ def _worker_service(args: argparse.Namespace) -> tuple[Service, Stop]:
             renew_s=args.renew,
             autoclaim_s=args.autoclaim,
             max_deliveries=args.max_deliveries,
+            progress_s=args.progress_interval,
             drain_timeout_s=args.drain_timeout,
             result_ttl_s=args.result_ttl,
             engine=engine_options(args.engine_opt),

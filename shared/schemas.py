@@ -140,6 +140,11 @@ class JobRequest(Message):
     created_at: float = Field(default_factory=time.time, allow_inf_nan=False)
     request_id: str | None = Field(default=None, max_length=128, pattern=r"^[!-~]+$")  # its X-Request-Id
     metadata: dict[str, str] = Field(default_factory=dict, max_length=16)  # the client's, returned as given
+    # How the job's tokens are read (vLLM's RequestOutputKind): "delta", a client may follow
+    # them as they come, so every step's tokens are written; "final_only", its client waits
+    # for the result alone (OpenAI's non-streaming routes, batches), so the worker writes the
+    # tokens at most every ``progress_s`` and the rest with the result.
+    output_kind: Literal["delta", "final_only"] = "delta"
 
     @field_validator("metadata")
     @classmethod

@@ -55,8 +55,10 @@ class Admission:
         worker_id: str,
         max_deliveries: int,
         max_model_len: int,
+        progress_s: float = 0.5,
     ) -> None:
         self.r = r
+        self.progress_s = progress_s  # how often a final_only job's tokens are written
         self.intake = intake
         self.leases = leases
         self.prompts = prompts
@@ -70,9 +72,11 @@ class Admission:
         return runs[0] if runs else None
 
     async def take_many(self, got: list[Entry]) -> list[JobRun]:
-        """Handle entries together — one start script, one tokenizing hand-off, one start
-        write for all, so a burst of jobs joins the engine at once; the JobRuns of the jobs
-        that are to go to the engine, in order."""
+        """Handle entries together — one start script and one tokenizing hand-off for all,
+        so a burst of jobs joins the engine at once; the JobRuns of the jobs that are to go
+        to the engine, in order. One round trip: the start events go out through the
+        outbox (``start_write``), and a cancel that races the start is caught by the
+        service's cancel follower (worker/running.py ``cancel``), not by asking Redis."""
         decoded: list[tuple[bytes, dict[Any, Any], JobRequest]] = []
         for entry_id, fields in got:
             try:
@@ -113,13 +117,18 @@ class Admission:
             # delivery alone: if it is what kills workers, it alone is dead-lettered.
             alone = 1 < attempt == self.max_deliveries
             run = JobRun(
-                job, entry_id, prompt_ids, self.prompts.tokenizer, self.worker_id, resume, lease, alone
+                job,
+                entry_id,
+                prompt_ids,
+                self.prompts.tokenizer,
+                self.worker_id,
+                resume,
+                lease,
+                alone,
+                self.progress_s,
             )
             run.attempt = attempt
             runs.append(run)
-        starts = [JobWrite(run.job_id, run.lease, run.entry_id, [self._start_event(run)]) for run in runs]
-        held = await self.leases.write(starts)
-        runs = [run for run, h in zip(runs, held, strict=True) if h]  # (else another worker started it)
         for run in runs:
             log.info(
                 "job %s started (attempt %d, %d prompt tokens, %d resumed) request %s",
@@ -141,25 +150,17 @@ class Admission:
                 out.append(exc)
         return out
 
-    def _start_event(self, run: JobRun) -> StartEvent:
-        return StartEvent(
+    def start_write(self, run: JobRun) -> JobWrite:
+        """The job's start event, for the outbox: it lands before the job's first tokens
+        (one writer, in order), and a job another worker started meanwhile is dropped when
+        the write finds the lease gone, as any lost job is."""
+        start = StartEvent(
             job_id=run.job_id,
             worker_id=self.worker_id,
             attempt=run.attempt,
             prompt_tokens=len(run.prompt_ids),
         )
-
-    async def cancelled_many(self, job_ids: list[str]) -> list[bool]:
-        """``cancelled`` for several jobs in one round trip."""
-        async with self.r.pipeline(transaction=False) as pipe:
-            for job_id in job_ids:
-                pipe.exists(keys.job_cancel(self.intake.model, job_id))
-            return [bool(x) for x in await pipe.execute()]
-
-    async def cancelled(self, job_id: str) -> bool:
-        """A cancel that raced the start (its broadcast came before the job ran here)."""
-        (got,) = await self.cancelled_many([job_id])
-        return got
+        return JobWrite(run.job_id, run.lease, run.entry_id, [start])
 
     async def _resume(self, job_id: str) -> Resume:
         events = []

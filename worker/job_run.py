@@ -6,9 +6,10 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from shared.schemas import FinishEvent, FinishReason, JobRequest, Logprobs, Message, TokenEvent
+from shared.schemas import FinishEvent, FinishReason, JobEvent, JobRequest, Logprobs, Message, TokenEvent
 from worker.detokenizer import Decoder, IncrementalDetokenizer, StopText
 from worker.engine.api import EngineRequest
+from worker.events import coalesce
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class JobRun:
 
     ``lease`` is the fence this worker holds on the job (worker/leases.py); ``done`` turns
     true once the final event is handed to the outbox, after which outputs are ignored.
+    ``progress_s``: how often a ``final_only`` job's tokens are written (``release``).
     """
 
     def __init__(
@@ -64,6 +66,7 @@ class JobRun:
         resume: Resume = Resume(),
         lease: int = 0,
         alone: bool = False,
+        progress_s: float = 0.5,
     ) -> None:
         self.job = job
         self.entry_id = entry_id
@@ -73,9 +76,13 @@ class JobRun:
         self.lease = lease
         self.alone = alone  # on its last delivery: runs with no batch mates (see worker/service.py)
         self.done = False
+        self.cancelled = False  # a cancel for it came (worker/running.py ``cancel``)
         self.attempt = 1  # this delivery's number (worker/admission.py sets it)
         self.output: list[int] = []
         self.first_token_at: float | None = None
+        self._progress_s = progress_s if job.output_kind == "final_only" else None
+        self._held: list[JobEvent] = []
+        self._released_at = time.monotonic()
         self._detok = IncrementalDetokenizer(tokenizer, prompt_ids)
         self._text = StopText(job.params.stop)
         self._stop_ids = frozenset(job.params.stop_token_ids)
@@ -160,6 +167,23 @@ class JobRun:
             if self._logprobs is not None and rendered is not None:
                 self._logprobs.append(rendered.slice(i, i + 1))
         return self._events(n0, r0)
+
+    def release(self, events: list[TokenEvent], ended: bool) -> list[JobEvent]:
+        """What of ``events`` to write now. All of them when a client may follow the job's
+        tokens (``delta``); for a ``final_only`` job they are held, and written joined into
+        one once ``progress_s`` passed since the last write, or with the result: its client
+        waits for the result alone, and writing every step's tokens to Redis cost the worker
+        and Redis more than the step at batch 32. What is written stays what a reader of the
+        event stream or a re-run (``Resume``) expects: every position once, in order."""
+        if self._progress_s is None:
+            return list(events)
+        self._held += events
+        now = time.monotonic()
+        if not self._held or (not ended and now - self._released_at < self._progress_s):
+            return []
+        self._released_at = now
+        out, self._held = coalesce(self._held), []
+        return out
 
     def _render(self, lp: Logprobs) -> Logprobs:
         """``lp`` with each token's text (the tokenizer's rendering of that token alone)."""

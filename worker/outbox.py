@@ -11,6 +11,9 @@ fenced script (worker/leases.py) and the steps' telemetry, in one pipeline. So:
   event stream, or a re-run's ``Resume``, expects), so a slow Redis gets fewer, larger writes;
 - backpressure: the queue holds ``capacity`` steps; a slow Redis makes ``put`` wait, which
   stalls the engine instead of growing memory;
+- batched telemetry: steps' stats go with the next job write, or at most ``telemetry_s``
+  after the oldest one waiting (the planner reads every ~50 ms): a step with nothing for a
+  client (a ``final_only`` job's tokens are held, worker/job_run.py) costs no round trip;
 - must-happen writes (events, results, acks) are retried with backoff until Redis answers;
   telemetry is best effort (dropped with a warning when its write fails).
 """
@@ -18,6 +21,7 @@ fenced script (worker/leases.py) and the steps' telemetry, in one pipeline. So:
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -27,8 +31,8 @@ from redis.exceptions import NoScriptError, RedisError
 
 from shared.control import Telemetry
 from shared.loops import Signal, retry_redis
-from shared.schemas import JobEvent, TokenEvent
 from worker.engine.api import StepStats
+from worker.events import coalesce
 from worker.leases import JobWrite, Leases
 from worker.telemetry import TelemetryPublisher
 
@@ -47,35 +51,6 @@ class Written:
 
     write: JobWrite
     held: bool
-
-
-_JOINED = {"job_id", "index", "token_ids", "text", "logprobs"}
-
-
-def _joined(a: TokenEvent, b: TokenEvent) -> TokenEvent | None:
-    """``a`` then ``b`` as one event, when ``b`` continues ``a`` (and carries nothing else)."""
-    if b.index != a.index + len(a.token_ids) or (a.logprobs is None) != (b.logprobs is None):
-        return None
-    if b.model_dump(exclude=_JOINED, exclude_defaults=True):  # e.g. prompt_logprobs: its own event
-        return None
-    update: dict[str, object] = {"token_ids": a.token_ids + b.token_ids, "text": a.text + b.text}
-    if a.logprobs is not None and b.logprobs is not None:
-        update["logprobs"] = type(a.logprobs).join([a.logprobs, b.logprobs])
-    return a.model_copy(update=update)
-
-
-def coalesce(events: list[JobEvent]) -> list[JobEvent]:
-    """A job's events with each run of consecutive token events joined into one."""
-    out: list[JobEvent] = []
-    for ev in events:
-        last = out[-1] if out else None
-        if isinstance(ev, TokenEvent) and isinstance(last, TokenEvent):
-            joined = _joined(last, ev)
-            if joined is not None:
-                out[-1] = joined
-                continue
-        out.append(ev)
-    return out
 
 
 def merge(items: list[StepOutput]) -> tuple[list[JobWrite], list[StepStats]]:
@@ -108,12 +83,16 @@ class Outbox:
         version: Callable[[], tuple[int, bool]],
         capacity: int = 4,
         max_batch: int = 64,
+        telemetry_s: float = 0.02,
     ) -> None:
         self.leases = leases
         self.telemetry = telemetry
         self.on_written = on_written
         self.version = version  # (decision version, fallback) for telemetry
         self.max_batch = max_batch
+        self.telemetry_s = telemetry_s
+        self._stats: list[StepStats] = []  # steps' stats not yet sent
+        self._stats_since = 0.0  # when the oldest of them came
         send, recv = anyio.create_memory_object_stream[StepOutput](capacity)
         self._send: MemoryObjectSendStream[StepOutput] = send
         self._recv: MemoryObjectReceiveStream[StepOutput] = recv
@@ -137,18 +116,33 @@ class Outbox:
     async def run(self) -> None:
         """The writer: forever take what piled up, write it, report it."""
         while True:
-            items = [await self._recv.receive()]
-            while len(items) < self.max_batch:
-                try:
-                    items.append(self._recv.receive_nowait())
-                except anyio.WouldBlock:
-                    break
+            items = await self._take()
             writes, stats = merge(items)
-            held = await self._write(writes, stats)
+            if stats and not self._stats:
+                self._stats_since = time.monotonic()
+            self._stats += stats
+            due = self._stats and time.monotonic() - self._stats_since >= self.telemetry_s
+            sent, self._stats = (self._stats, []) if writes or due else ([], self._stats)
+            held = await self._write(writes, sent)
             self._done += len(items)
             self._flushed.fire()
             if writes:
                 self.on_written([Written(w, h) for w, h in zip(writes, held, strict=True)])
+
+    async def _take(self) -> list[StepOutput]:
+        """What piled up: at least one step's output, or none once waiting stats are due."""
+        items: list[StepOutput] = []
+        if not self._stats:
+            items.append(await self._recv.receive())
+        else:
+            with anyio.move_on_after(self._stats_since + self.telemetry_s - time.monotonic()):
+                items.append(await self._recv.receive())
+        while len(items) < self.max_batch:
+            try:
+                items.append(self._recv.receive_nowait())
+            except anyio.WouldBlock:
+                break
+        return items
 
     async def _write(self, writes: list[JobWrite], stats: list[StepStats]) -> list[bool]:
         """The job writes and the telemetry in one round trip; per job, whether it was held.

@@ -86,7 +86,14 @@ class WorkerService:
             self.r, self.engine, self.model_name, s.worker_id, s.profile, lambda: self.decisions.current
         )
         self.admission = Admission(
-            self.r, self.intake, self.leases, self.prompts, s.worker_id, s.max_deliveries, self.max_model_len
+            self.r,
+            self.intake,
+            self.leases,
+            self.prompts,
+            s.worker_id,
+            s.max_deliveries,
+            self.max_model_len,
+            s.progress_s,
         )
         self.metrics = WorkerMetrics(self.model_name, s.worker_id)
         self.jobs_ended = 0
@@ -188,14 +195,8 @@ class WorkerService:
             runs = [run for entry_id, fields in todo if (run := await self._take_one(entry_id, fields))]
         finally:
             self._taking -= 1
-        begun = [run for run in runs if await self._begin(run)]
-        ids = [run.job_id for run in begun]
-        # A cancel that raced the start (its broadcast came before the job ran here).
-        for job_id, cancelled in zip(
-            ids, await retry_redis("cancel check", partial(self.admission.cancelled_many, ids)), strict=True
-        ):
-            if cancelled:
-                self.engine.abort_request(job_id)
+        for run in runs:
+            await self._begin(run)
 
     async def _take_one(self, entry_id: bytes, fields: dict[Any, Any]) -> JobRun | None:
         try:
@@ -206,16 +207,18 @@ class WorkerService:
             await retry_redis("dead letter", partial(self.intake.dead_letter, entry_id, fields, reason))
             return None
 
-    async def _begin(self, run: JobRun) -> bool:
-        """Hold the job and hand it to the engine (False: it ended without running)."""
+    async def _begin(self, run: JobRun) -> None:
+        """Hold the job, write its start and hand it to the engine (or, when the output a
+        failed attempt sent already ends it, its result)."""
         self.running.admit(run)
+        await self.outbox.put(StepOutput([self.admission.start_write(run)]))
         reason = run.resumed_final_reason(self.engine.eos_token_ids)
         if reason is not None:  # the output sent before the failover already ends the job
             tail, final = run.finish(reason)
             run.done = True
             write = JobWrite(run.job_id, run.lease, run.entry_id, list(tail), final)
             await self.outbox.put(StepOutput([write]))
-            return False
+            return
         # Held (and renewed) from now on, but stepped only when no batch mate breaks the
         # rule: a job on its last delivery runs alone.
         if run.alone:
@@ -229,8 +232,9 @@ class WorkerService:
             await self.running.ended.wait()
         self._prefill += len(run.prompt_ids) + run.resume.tokens  # what the next steps prefill
         self.engine.add_request(run.engine_request())
+        if run.cancelled:  # its cancel came while it was being admitted
+            self.engine.abort_request(run.job_id)
         self._work.fire()
-        return True
 
     async def _burst(self) -> None:
         """Take jobs until the stream has none left and every taken job ended."""
@@ -307,7 +311,7 @@ class WorkerService:
             except codec.CodecError as exc:
                 log.error("skipping a malformed cancel entry: %s", exc)
                 continue
-            if isinstance(msg, CancelRequest) and (run := self.running.get(msg.job_id)) is not None:
+            if isinstance(msg, CancelRequest) and (run := self.running.cancel(msg.job_id)) is not None:
                 rid = run.job.request_id
                 log.info(
                     "cancelling job %s (request %s)",
@@ -372,8 +376,9 @@ class WorkerService:
                 events += tail
             if final is not None:
                 run.done = True
-            if events or final is not None:
-                writes.append(JobWrite(run.job_id, run.lease, run.entry_id, list(events), final))
+            released = run.release(events, ended=final is not None)
+            if released or final is not None:
+                writes.append(JobWrite(run.job_id, run.lease, run.entry_id, released, final))
         return writes
 
     def _written(self, done: list[Written]) -> None:

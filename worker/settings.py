@@ -34,6 +34,7 @@ class WorkerSettings:
     heartbeat_s: float = 1.0  # idle telemetry and registration period
     lag_refresh_s: float = 0.5  # how stale the job-stream lag in telemetry may be
     decision_check_s: float = 1.0  # how often a decision's staleness is checked
+    progress_s: float = 0.5  # a final_only job's tokens are written at most this often (job_run.py)
     drain_timeout_s: float = 30.0  # on SIGTERM: finish running jobs this long, then hand them back
     result_ttl_s: float = 24 * 3600  # job record, result and events live this long after the last write
     metrics_port: int | None = None  # serve Prometheus /metrics here (0: any free port)

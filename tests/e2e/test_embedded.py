@@ -19,6 +19,7 @@ from planner.settings import PlannerSettings
 from shared import codec, keys
 from shared.connection import connect, reset_fake_server
 from shared.control import Decision, Telemetry
+from shared.schemas import TokenEvent
 from tests.e2e.conftest import free_port, poll
 from tests.tiny_models import reference_greedy
 from worker.service import WorkerService
@@ -53,6 +54,27 @@ async def _exercise(
     async with anyio.create_task_group() as tg:
         for i in range(len(PROMPTS)):
             tg.start_soon(complete, i)
+
+    # A non-streaming completion's tokens are written once, with its result (final_only);
+    # a streamed one's every step (the worker's progress interval, 0.5 s, is longer than
+    # these 12 tokens take).
+    counts = {}
+    for stream in (False, True):
+        body = {
+            "prompt": PROMPTS[0],
+            "max_tokens": 12,
+            "temperature": 0,
+            "ignore_eos": True,
+            "stream": stream,
+        }
+        resp = await gw.post("/v1/completions", json=body)
+        first = resp.json() if not stream else json.loads(resp.text.split("\n")[0][6:])
+        job_id = first["id"].removeprefix("cmpl-")
+        events = [codec.from_entry(f) for _, f in await r.xrange(keys.job_events(model_dir.name, job_id))]
+        tokens = [e for e in events if isinstance(e, TokenEvent)]
+        assert [t for e in tokens for t in e.token_ids] == events[-1].token_ids  # type: ignore[union-attr]
+        counts[stream] = len(tokens)
+    assert counts[False] == 1 and counts[True] > 1
 
     # `nightjar submit` streams the same text to the terminal.
     body = {"prompt": PROMPTS[0], "max_tokens": 6, "temperature": 0}

@@ -134,3 +134,40 @@ def test_a_stop_token_has_no_logprobs_and_a_resumed_run_keeps_those_sent() -> No
     assert final.logprobs is not None and final.logprobs.token_ids == IDS[:5]
     assert final.logprobs.logprobs == [-1.0, -2.0, -3.0, -4.0, -9.0]
     assert all(e.prompt_logprobs is None for e in rest)
+
+
+def _kind_run(kind: str, progress_s: float) -> JobRun:
+    job = JobRequest(job_id="j", prompt="Once", params=SamplingParams(max_tokens=100), output_kind=kind)  # type: ignore[arg-type]
+    return JobRun(job, b"1-0", PROMPT, TOK, "w", progress_s=progress_s)
+
+
+def _released(run: JobRun, chunks: list[list[int]]) -> list[list[TokenEvent]]:
+    """What each step would write: the chunks fed one a step, then the tail with the result."""
+    writes = [run.release(run.feed(chunk), ended=False) for chunk in chunks]
+    tail, _ = run.finish("length")
+    writes.append(run.release(tail, ended=True))
+    return writes  # type: ignore[return-value]
+
+
+def test_a_final_only_job_writes_its_tokens_joined_with_the_result() -> None:
+    chunks = [IDS[i : i + 2] for i in range(0, len(IDS), 2)]
+    delta = _released(_kind_run("delta", 60), chunks)
+    held = _released(_kind_run("final_only", 60), chunks)
+    assert sum(bool(w) for w in delta) > len(chunks) // 2  # every step that released text
+    assert not any(held[:-1]) and len(held[-1]) == 1  # nothing until the end, then one event
+    (joined,) = held[-1]
+    assert joined.index == 0 and joined.token_ids == IDS and joined.text == TEXT
+    assert [t for w in delta for e in w for t in e.token_ids] == IDS
+
+
+def test_a_final_only_job_writes_progress_every_interval() -> None:
+    chunks = [IDS[i : i + 2] for i in range(0, len(IDS), 2)]
+    writes = _released(_kind_run("final_only", 0.0), chunks)  # the interval always passed
+    events = [e for w in writes for e in w]
+    assert len(events) > 1 and [t for e in events for t in e.token_ids] == IDS
+    index = 0
+    for e in events:  # every position once, in order: what a re-run's Resume reads
+        if e.token_ids:
+            assert e.index == index
+            index += len(e.token_ids)
+    assert Resume.from_events(events).token_ids == tuple(IDS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 import redis.asyncio as aioredis
 
@@ -11,9 +12,10 @@ from shared import codec, jobs, keys
 from shared.control import StepStats
 from shared.schemas import FinishEvent, JobEvent, Logprobs, StartEvent, TokenEvent
 from shared.streams import ensure_group
+from worker.events import coalesce
 from worker.job_run import Resume
 from worker.leases import JobWrite, Leases
-from worker.outbox import Outbox, StepOutput, Written, coalesce, merge
+from worker.outbox import Outbox, StepOutput, Written, merge
 from worker.telemetry import TelemetryPublisher
 
 pytestmark = pytest.mark.anyio
@@ -112,3 +114,39 @@ async def test_a_lost_lease_is_reported_and_nothing_is_written(r: aioredis.Redis
     writes = [JobWrite("j", lease, entry, [_tok(0, [5], "a")])]
     assert await outbox._write(writes, []) == [False]
     assert await r.xlen(keys.job_events(M, "j")) == 0
+
+
+async def test_steps_with_nothing_for_a_client_send_their_telemetry_in_one_write(r: aioredis.Redis) -> None:
+    landed: list[Written] = []
+    outbox, _, lease, entry = await _outbox(r, landed)
+    outbox.telemetry_s = 0.2
+    pipelines = 0
+    real = outbox._write
+
+    async def counted(writes: list[JobWrite], stats: list[StepStats]) -> list[bool]:
+        nonlocal pipelines
+        pipelines += bool(writes or stats)
+        return await real(writes, stats)
+
+    outbox._write = counted  # type: ignore[method-assign]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(outbox.run)
+        for step in range(1, 6):  # five steps of held tokens: their stats wait
+            await outbox.put(StepOutput([], StepStats(step=step, batch_size=1)))
+            await outbox.flush()
+        assert pipelines == 0 and await r.xlen(keys.TELEMETRY_STREAM) == 0
+        # A job write takes the waiting stats with it, in the same round trip.
+        final = JobWrite("j", lease, entry, [_tok(0, [5], "a")], _final([5], "a"))
+        await outbox.put(StepOutput([final], StepStats(step=6, batch_size=1)))
+        await outbox.flush()
+        assert pipelines == 1
+        sent = [codec.from_entry(f) for _, f in await _range(r, keys.TELEMETRY_STREAM)]
+        assert [t.step for t in sent] == [1, 2, 3, 4, 5, 6]  # type: ignore[attr-defined]
+        # With no job write to ride on, stats go once telemetry_s passed after the oldest.
+        await outbox.put(StepOutput([], StepStats(step=7, batch_size=1)))
+        with anyio.fail_after(5):
+            while await r.xlen(keys.TELEMETRY_STREAM) < 7:
+                await anyio.sleep(0.01)
+        assert pipelines == 2
+        tg.cancel_scope.cancel()
+    assert [w.write.job_id for w in landed] == ["j"]
