@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 
 from nightjar.options import UsageError, api_keys, drafter_dirs, engine_options, model_dir, pairs
-from nightjar.runner import Service, Stop, http_server, run_services
+from nightjar.runner import Service, Stop, http_server, serve
 
 log = logging.getLogger("nightjar")
 
@@ -139,21 +139,21 @@ def _up(args: argparse.Namespace) -> int:
     server = http_server(_gateway_app(args), args.host, args.port, args.log_level)
     log.info("nightjar up: gateway at http://%s:%d, Redis %s", args.host, args.port, args.redis_url)
     _settle_heap()
-    anyio.run(run_services, [planner], server, [worker])
+    serve([planner], server, [worker])
     return 0
 
 
 def _gateway(args: argparse.Namespace) -> int:
     server = http_server(_gateway_app(args), args.host, args.port, args.log_level)
     _settle_heap()
-    anyio.run(run_services, [], server)
+    serve([], server)
     return 0
 
 
 def _worker(args: argparse.Namespace) -> int:
     worker = _worker_service(args)
     _settle_heap()
-    anyio.run(run_services, [], None, [worker])
+    serve([], None, [worker])
     return 0
 
 
@@ -162,7 +162,7 @@ def _planner(args: argparse.Namespace) -> int:
         return _planner_use(args)
     planner = _planner_service(args)
     _settle_heap()
-    anyio.run(run_services, [planner])
+    serve([planner])
     return 0
 
 

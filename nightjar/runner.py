@@ -1,10 +1,13 @@
 """Running services in one process until a signal: the gateway under uvicorn, the others
-as plain coroutines, all in one anyio task group."""
+as plain coroutines, all in one anyio task group, on uvloop where it is installed (as vLLM
+and SGLang run; ``NIGHTJAR_UVLOOP=0`` for the standard asyncio loop)."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
+import os
 import signal
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any
@@ -31,6 +34,22 @@ def http_server(app: Any, host: str, port: int, log_level: str = "info") -> _Ser
     from nightjar.http_config import config
 
     return _Server(config(app, host, port, log_level))
+
+
+def use_uvloop() -> bool:
+    """Whether services run on uvloop: installed, and not turned off. Measured on the 2-core
+    VM (BENCHMARKS.md, 2026-12-02): served tokens/s at 32 users 0.64 -> 0.69 of the engine
+    alone on Redis, 0.48 -> 0.54 under ``nightjar up`` (two runs each, in turns; noisy)."""
+    return os.environ.get("NIGHTJAR_UVLOOP", "1") != "0" and importlib.util.find_spec("uvloop") is not None
+
+
+def serve(
+    services: list[Service],
+    server: uvicorn.Server | None = None,
+    drainers: list[tuple[Service, Stop]] | None = None,
+) -> None:
+    """``run_services`` on a new event loop (uvloop where ``use_uvloop``)."""
+    anyio.run(run_services, services, server, drainers, backend_options={"use_uvloop": use_uvloop()})
 
 
 async def run_services(
