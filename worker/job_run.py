@@ -6,10 +6,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from shared.schemas import FinishEvent, FinishReason, JobEvent, JobRequest, Logprobs, Message, TokenEvent
+from shared.schemas import FinishEvent, FinishReason, JobRequest, Logprobs, Message, TokenEvent
 from worker.detokenizer import Decoder, IncrementalDetokenizer, StopText
 from worker.engine.api import EngineRequest
-from worker.events import coalesce
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,7 @@ class JobRun:
 
     ``lease`` is the fence this worker holds on the job (worker/leases.py); ``done`` turns
     true once the final event is handed to the outbox, after which outputs are ignored.
-    ``progress_s``: how often a ``final_only`` job's tokens are written (``release``).
+    ``progress_s``: how often a ``final_only`` job's tokens become events (``feed``).
     """
 
     def __init__(
@@ -81,7 +80,6 @@ class JobRun:
         self.output: list[int] = []
         self.first_token_at: float | None = None
         self._progress_s = progress_s if job.output_kind == "final_only" else None
-        self._held: list[JobEvent] = []
         self._released_at = time.monotonic()
         self._detok = IncrementalDetokenizer(tokenizer, prompt_ids)
         self._text = StopText(job.params.stop)
@@ -109,6 +107,7 @@ class JobRun:
         for token in resume.token_ids:  # what was sent already: replayed, not re-emitted
             self.output.append(token)
             self._text.push(self._detok.add(token))
+        self._sent = (len(self.output), max(self._text.released, resume.chars))  # in events so far
 
     def engine_request(self) -> EngineRequest:
         """What the engine runs: the prompt plus the output sent already, for the rest."""
@@ -149,12 +148,16 @@ class JobRun:
         self, token_ids: list[int], logprobs: Logprobs | None = None, prompt_logprobs: Logprobs | None = None
     ) -> list[TokenEvent]:
         """Take the engine's new tokens (tokens after a stop string are dropped) and their
-        logprobs (one entry per token) when the job asks for them."""
+        logprobs (one entry per token) when the job asks for them; the events to write.
+
+        A job whose client may follow its tokens (``delta``) gets an event for each step's
+        new text. A ``final_only`` one (its client waits for the result alone) gets one for
+        everything since the last only every ``progress_s``, and the rest with ``finish``:
+        writing every step's tokens cost the worker and Redis more than anyone reads."""
         if token_ids and self.first_token_at is None:
             self.first_token_at = time.time()
         if prompt_logprobs is not None and self._prompt_logprobs is None:
             self._prompt_logprobs = self._render(prompt_logprobs.slice(0, len(self.prompt_ids)))
-        n0, r0 = len(self.output), self._text.released
         rendered = self._render(logprobs) if self._logprobs is not None and logprobs is not None else None
         for i, token in enumerate(token_ids):
             if self.stopped:
@@ -166,24 +169,12 @@ class JobRun:
             self._text.push(self._detok.add(token))
             if self._logprobs is not None and rendered is not None:
                 self._logprobs.append(rendered.slice(i, i + 1))
-        return self._events(n0, r0)
-
-    def release(self, events: list[TokenEvent], ended: bool) -> list[JobEvent]:
-        """What of ``events`` to write now. All of them when a client may follow the job's
-        tokens (``delta``); for a ``final_only`` job they are held, and written joined into
-        one once ``progress_s`` passed since the last write, or with the result: its client
-        waits for the result alone, and writing every step's tokens to Redis cost the worker
-        and Redis more than the step at batch 32. What is written stays what a reader of the
-        event stream or a re-run (``Resume``) expects: every position once, in order."""
-        if self._progress_s is None:
-            return list(events)
-        self._held += events
-        now = time.monotonic()
-        if not self._held or (not ended and now - self._released_at < self._progress_s):
-            return []
-        self._released_at = now
-        out, self._held = coalesce(self._held), []
-        return out
+        if self._progress_s is not None:
+            now = time.monotonic()
+            if now - self._released_at < self._progress_s:
+                return []
+            self._released_at = now
+        return self._events()
 
     def _render(self, lp: Logprobs) -> Logprobs:
         """``lp`` with each token's text (the tokenizer's rendering of that token alone)."""
@@ -202,7 +193,6 @@ class JobRun:
 
     def finish(self, reason: FinishReason) -> tuple[list[TokenEvent], FinishEvent]:
         """The last text events (what was held back) and the final result."""
-        n0, r0 = len(self.output), self._text.released
         if not self._text.stopped:  # a stop token: the text so far stands, flushed
             self._text.push(self._detok.flush())
             self._text.flush()
@@ -220,15 +210,17 @@ class JobRun:
             logprobs=self._logprobs_of(0, len(self.output)),
             prompt_logprobs=self._prompt_logprobs,
         )
-        return self._events(n0, r0), final
+        return self._events(), final
 
-    def _events(self, n0: int, r0: int) -> list[TokenEvent]:
+    def _events(self) -> list[TokenEvent]:
+        """What came since the last event, as one (none if nothing did)."""
         n1, r1 = len(self.output), self._text.released
-        t_from, c_from = max(n0, self.resume.tokens), max(r0, self.resume.chars)
+        t_from, c_from = self._sent
         ids = self.output[t_from:n1] if n1 > t_from else []
         text = self._text.text[c_from:r1] if r1 > c_from else ""
         if not ids and not text:
             return []
+        self._sent = (n1, max(r1, c_from))
         prompt = None
         if ids and not self._prompt_sent and self._prompt_logprobs is not None:
             prompt, self._prompt_sent = self._prompt_logprobs, True

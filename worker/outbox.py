@@ -31,8 +31,8 @@ from redis.exceptions import NoScriptError, RedisError
 
 from shared.control import Telemetry
 from shared.loops import Signal, retry_redis
+from shared.schemas import JobEvent, TokenEvent
 from worker.engine.api import StepStats
-from worker.events import coalesce
 from worker.leases import JobWrite, Leases
 from worker.telemetry import TelemetryPublisher
 
@@ -51,6 +51,35 @@ class Written:
 
     write: JobWrite
     held: bool
+
+
+_JOINED = {"job_id", "index", "token_ids", "text", "logprobs"}
+
+
+def _joined(a: TokenEvent, b: TokenEvent) -> TokenEvent | None:
+    """``a`` then ``b`` as one event, when ``b`` continues ``a`` (and carries nothing else)."""
+    if b.index != a.index + len(a.token_ids) or (a.logprobs is None) != (b.logprobs is None):
+        return None
+    if b.model_dump(exclude=_JOINED, exclude_defaults=True):  # e.g. prompt_logprobs: its own event
+        return None
+    update: dict[str, object] = {"token_ids": a.token_ids + b.token_ids, "text": a.text + b.text}
+    if a.logprobs is not None and b.logprobs is not None:
+        update["logprobs"] = type(a.logprobs).join([a.logprobs, b.logprobs])
+    return a.model_copy(update=update)
+
+
+def coalesce(events: list[JobEvent]) -> list[JobEvent]:
+    """A job's events with each run of consecutive token events joined into one."""
+    out: list[JobEvent] = []
+    for ev in events:
+        last = out[-1] if out else None
+        if isinstance(ev, TokenEvent) and isinstance(last, TokenEvent):
+            joined = _joined(last, ev)
+            if joined is not None:
+                out[-1] = joined
+                continue
+        out.append(ev)
+    return out
 
 
 def merge(items: list[StepOutput]) -> tuple[list[JobWrite], list[StepStats]]:

@@ -376,9 +376,8 @@ class WorkerService:
                 events += tail
             if final is not None:
                 run.done = True
-            released = run.release(events, ended=final is not None)
-            if released or final is not None:
-                writes.append(JobWrite(run.job_id, run.lease, run.entry_id, released, final))
+            if events or final is not None:
+                writes.append(JobWrite(run.job_id, run.lease, run.entry_id, list(events), final))
         return writes
 
     def _written(self, done: list[Written]) -> None:

@@ -142,11 +142,11 @@ def _kind_run(kind: str, progress_s: float) -> JobRun:
 
 
 def _released(run: JobRun, chunks: list[list[int]]) -> list[list[TokenEvent]]:
-    """What each step would write: the chunks fed one a step, then the tail with the result."""
-    writes = [run.release(run.feed(chunk), ended=False) for chunk in chunks]
+    """The events of each step: the chunks fed one a step, then the tail with the result."""
+    writes = [run.feed(chunk) for chunk in chunks]
     tail, _ = run.finish("length")
-    writes.append(run.release(tail, ended=True))
-    return writes  # type: ignore[return-value]
+    writes.append(tail)
+    return writes
 
 
 def test_a_final_only_job_writes_its_tokens_joined_with_the_result() -> None:
@@ -171,3 +171,15 @@ def test_a_final_only_job_writes_progress_every_interval() -> None:
             assert e.index == index
             index += len(e.token_ids)
     assert Resume.from_events(events).token_ids == tuple(IDS)
+    assert "".join(e.text for e in events) == TEXT
+
+
+def test_a_rerun_of_a_final_only_job_continues_after_what_was_written() -> None:
+    run = _kind_run("final_only", 0.0)
+    first = [e for chunk in (IDS[:3], IDS[3:6]) for e in run.feed(chunk)]
+    resume = Resume.from_events(first)
+    again = JobRun(run.job, b"1-0", PROMPT, TOK, "w", resume, progress_s=60)
+    tail = [e for chunk in (IDS[6:8], IDS[8:]) for e in again.feed(chunk)] + again.finish("length")[0]
+    assert len(tail) == 1 and tail[0].index == len(resume.token_ids)
+    assert [t for e in first + tail for t in e.token_ids] == IDS
+    assert "".join(e.text for e in first + tail) == TEXT

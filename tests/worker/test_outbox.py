@@ -12,10 +12,9 @@ from shared import codec, jobs, keys
 from shared.control import StepStats
 from shared.schemas import FinishEvent, JobEvent, Logprobs, StartEvent, TokenEvent
 from shared.streams import ensure_group
-from worker.events import coalesce
 from worker.job_run import Resume
 from worker.leases import JobWrite, Leases
-from worker.outbox import Outbox, StepOutput, Written, merge
+from worker.outbox import Outbox, StepOutput, Written, coalesce, merge
 from worker.telemetry import TelemetryPublisher
 
 pytestmark = pytest.mark.anyio
