@@ -188,7 +188,7 @@ class WorkerService:
         self._taking += 1  # meanwhile the engine steps in a thread: admission needs the loop
         try:
             # Entries in hand are taken to the end even through a Redis outage; together (one
-            # start, one tokenizing hand-off, one start write), so a burst joins the batch at once.
+            # start script, one tokenizing hand-off), so a burst joins the batch at once.
             runs = await retry_redis("admission", partial(self.admission.take_many, todo))
         except Exception:  # a bug: one by one, so that only the entry that fails is dead-lettered
             log.exception("admission of %d entries failed; taking them one at a time", len(todo))
