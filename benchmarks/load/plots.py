@@ -118,7 +118,10 @@ def _mark_drafters(
 
 def _log_axis(ax: plt.Axes) -> None:
     """A log x axis with few, unoverlapping labels: 1-2-5 steps over up to two decades,
-    powers of ten beyond; no minor-tick labels (they ran together on narrow ranges)."""
+    powers of ten beyond; no minor-tick labels (they ran together on narrow ranges). A panel
+    with no positive value (e.g. a run too short to have any) keeps its linear axis."""
+    if not ax.dataLim.intervalx[1] > 0:
+        return
     ax.set_xscale("log")
     lo, hi = ax.get_xlim()
     decades = np.log10(hi / lo) if lo > 0 and hi > lo else 0.0
