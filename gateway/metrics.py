@@ -214,7 +214,7 @@ class MeteredStore(JobStore):
     ) -> None:
         """Queue time, TTFT and inter-token latencies from the events' entry times. The TTFT
         is the worker's (``ttft_s``) when it gave one: a final_only job's first tokens are
-        written later, in one piece with the ones after (worker/job_run.py ``release``); the
+        written later, in one piece with the ones after (worker/job_run.py ``feed``); the
         rest of that piece is spread from the first token to its write."""
         started = last = None
         itl: Histogram | None = None

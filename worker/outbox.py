@@ -150,7 +150,7 @@ class Outbox:
             if stats and not self._stats:
                 self._stats_since = time.monotonic()
             self._stats += stats
-            due = self._stats and time.monotonic() - self._stats_since >= self.telemetry_s
+            due = bool(self._stats) and time.monotonic() - self._stats_since >= self.telemetry_s
             sent, self._stats = (self._stats, []) if writes or due else ([], self._stats)
             held = await self._write(writes, sent)
             self._done += len(items)

@@ -40,7 +40,8 @@ class RunningJobs:
         if run.job_id in self._runs:
             raise ValueError(f"job {run.job_id} is running here already")
         self._runs[run.job_id] = run
-        if self._cancels.pop(run.job_id, 0) is None:
+        if run.job_id in self._cancels:
+            del self._cancels[run.job_id]
             run.cancelled = True
 
     def cancel(self, job_id: str) -> JobRun | None:
