@@ -230,7 +230,7 @@ def test_the_drafter_choice_weighs_acceptance_against_the_profiled_cost() -> Non
     profile = CostProfile(
         model="fake", batches=batches, rows=rows, source="test",
         target_s=[[0.005 * (1 + 0.1 * (q - 1)) for q in rows] for _ in batches],
-        drafter_s={"ngram": [0.00005] * 3, "prose": [0.001] * 3},
+        drafter_s={"ngram": [0.00005] * 3, "prose": [0.002] * 3},
     )  # fmt: skip
 
     def run(with_profile: bool) -> Any:
@@ -246,9 +246,10 @@ def test_the_drafter_choice_weighs_acceptance_against_the_profiled_cost() -> Non
     blind, costed = run(False), run(True)
     assert blind.drafter == "prose" and blind.drafter_costs == {} and blind.skip_drafters == []
     assert costed.drafter == "ngram"
-    assert costed.drafter_costs == pytest.approx({"ngram": 0.01, "prose": 0.2})
-    # prose is surely slower (its speed at the top of its acceptance interval below n-gram's at
-    # the bottom): the workers stop scoring it ...
+    assert costed.drafter_costs == pytest.approx({"ngram": 0.01, "prose": 0.4})
+    # at two fifths of a target step a draft prose is surely slower (its predicted latency per
+    # token at the top of its acceptance interval above n-gram's at the bottom): the workers
+    # stop scoring it ...
     assert costed.skip_drafters == ["prose"]
     policy = registry.create("nightjar", offload=False)
     policy.use_profile(profile)
@@ -264,6 +265,31 @@ def test_the_drafter_choice_weighs_acceptance_against_the_profiled_cost() -> Non
         step += 1
         assert step < 5000
     assert step > 200  # not at once
+
+
+def test_a_drafter_is_dominated_by_what_the_prior_predicts_not_by_its_per_token_rate() -> None:
+    """n-gram's per-token counterfactual (0.15) says it is slower than a model drafter accepted
+    0.6 of the time; its lookahead says its hits come in runs (all four drafts right at 40 % of
+    positions) and its proposals are empty half the time (one verify row), and the profile
+    says rows and the model drafter's forwards cost: the prediction skips the model drafter,
+    never n-gram."""
+    from shared.control import Lookahead
+
+    batches, rows = [1, 4, 16], [1, 2, 3, 4, 5]
+    profile = CostProfile(
+        model="fake", batches=batches, rows=rows, source="test",
+        target_s=[[0.005 * (1 + 0.25 * (q - 1)) for q in rows] for _ in batches],
+        drafter_s={"ngram": [0.00005] * 3, "prose": [0.001] * 3},
+    )  # fmt: skip
+    policy = registry.create("nightjar", offload=False)
+    policy.use_profile(profile)
+    la = {"ngram": Lookahead(accepted=[3, 0, 0, 0, 2], proposed=[5, 0, 0, 0, 5])}
+    for step in range(60):
+        policy.observe(Telemetry(worker_id="w", step=step, batch_size=4, num_tokens=8, step_time=0.01,
+                                 gamma=4, drafter="prose", proposed=16, accepted=9, num_drafts=4,
+                                 counterfactual={"prose": 0.6, "ngram": 0.15}, lookahead=la))  # fmt: skip
+    decision = policy.decide(0.0)
+    assert decision.drafter == "ngram" and decision.skip_drafters == ["prose"]
 
 
 def test_runs_give_tokens_and_rows_per_gamma() -> None:

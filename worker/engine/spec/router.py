@@ -13,6 +13,13 @@ randomising buys nothing, as in the planner's chooser). One step drafts each gro
 sequences with its own drafter, so a batch mixing code and chat requests drafts each with
 the drafter that suits it.
 
+Each verification adds, per drafter, the positions judged and accepted to the sequence's
+discounted tally (``TALLY_DISCOUNT``); the loss is taken at the tally's rate, not at the
+verification's own: E(α, γ) is convex, so a rate from the one or two positions a short
+verification judges overstates a drafter's tokens (a model drafter scored on the single token
+an empty n-gram proposal verified has rate 0 or 1, E 1 or 5: on nj-target's stories at 4 users
+that sent half the sequences to the prose drafter, 0.94× static n-gram-4).
+
 The loss is 1 − acceptance, or, where the planner tells what each drafter costs
 (``Decision.drafter_costs``: c_d, a draft step's time over a plain target step), 1 − the
 drafter's speed: u_d = E(r_d, γ) / ((γ + 1)(1 + γ·c_d)), the tokens a step of γ drafts by d
@@ -35,7 +42,7 @@ output the target's alone.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from shared.experts import ExpertLearner, drafter_speed
 
@@ -43,6 +50,7 @@ MARGIN = 0.05  # the weight lead a drafter needs to displace a sequence's curren
 SETTLE_ROUNDS = 6  # verifications a learner learns from before it may settle
 SETTLE_WEIGHT = 0.9  # a settled learner's drafter holds at least this weight
 RESCORE_EVERY = 8  # a settled sequence is scored on every this-many-th verification
+TALLY_DISCOUNT = 0.9  # per verification, on a sequence's acceptance counts (~10 verifications)
 
 
 @dataclass
@@ -54,6 +62,7 @@ class DrafterChoice:
     rounds: int = 0  # verifications learnt from
     switches: int = 0
     unscored: int = 0  # verifications since the last one it learnt from
+    tally: dict[str, list[float]] = field(default_factory=dict)  # drafter -> [accepted, judged], discounted
 
     def wants_scores(self) -> bool:
         """Whether this verification should score the other drafters for this sequence."""
@@ -65,11 +74,25 @@ class DrafterChoice:
         """A verification without scores."""
         self.unscored += 1
 
-    def learn(self, rates: dict[str, float], gamma: int = 0, costs: dict[str, float] | None = None) -> None:
-        """One verification's acceptance per drafter at γ drafts (with ``costs``, the loss is
-        1 − the drafter's speed, else 1 − rate); then the next pick."""
-        if not rates:
+    def rate(self, name: str) -> float:
+        """The drafter's acceptance on this sequence so far: its discounted tally under a
+        Beta(1, 1) prior."""
+        accepted, judged = self.tally.get(name, (0.0, 0.0))
+        return (accepted + 1.0) / (judged + 2.0)
+
+    def learn(
+        self, counts: dict[str, tuple[float, int]], gamma: int = 0, costs: dict[str, float] | None = None
+    ) -> None:
+        """One verification's (accepted, judged) positions per drafter at γ drafts; then the
+        next pick. The loss is 1 − the drafter's speed at its rate so far (with ``costs``;
+        else 1 − that rate), not at this verification's own few positions."""
+        counts = {n: c for n, c in counts.items() if c[1] > 0}
+        if not counts:
             return
+        for name, (accepted, judged) in counts.items():
+            t = self.tally.setdefault(name, [0.0, 0.0])
+            t[0], t[1] = TALLY_DISCOUNT * t[0] + accepted, TALLY_DISCOUNT * t[1] + judged
+        rates = {name: self.rate(name) for name in counts}
         if costs and gamma > 0:
             losses = {n: 1.0 - drafter_speed(r, gamma, costs.get(n, 0.0)) for n, r in rates.items()}
         else:

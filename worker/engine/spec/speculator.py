@@ -219,9 +219,8 @@ class Speculator:
                 choice = v.seq.drafter_choice
                 if choice is not None and i in learnt:
                     assert v.drafted is not None
-                    rates = {name: x / n for name, (x, n) in counts[i].items() if n}
                     costs = shared_costs(self._costs(), groups, v.drafted.drafter, len(drafted))
-                    choice.learn(rates, v.drafted.requested, costs)
+                    choice.learn(counts[i], v.drafted.requested, costs)
                 elif choice is not None:
                     choice.skip()
         rates = pooled(counts)
