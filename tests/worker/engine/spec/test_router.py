@@ -195,8 +195,6 @@ def test_a_drafter_few_sequences_use_costs_them_the_whole_step() -> None:
     pay its own way where n-gram serves the other three."""
     from collections import Counter
 
-
-
     from shared.experts import drafter_speed
     from worker.engine.spec.router import shared_costs
 
