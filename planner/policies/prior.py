@@ -27,9 +27,12 @@ batch (a class not yet seen takes the nearest one's, scaled by batch size; none:
 Each prediction carries the loss at α's lower bound, mean and upper bound (``Interval.
 paired``): α is shared by every γ of a drafter, so two arms are compared at the same α, each
 within its relative uncertainty. ``arm_intervals`` turns one bucket's predictions into its
-bandit's arm intervals: every prediction is scaled by the ratio measured/predicted over the
-bucket's arms with ``MIN_SAMPLES`` steps (serving adds overheads the synthetic steps of the
-profile do not see; one factor for all arms, so it cancels when they are compared). An arm
+bandit's arm intervals: every predicted step is shifted by the mean of measured − predicted
+step time over the bucket's arms with ``MIN_SAMPLES`` steps (serving adds time the synthetic
+steps of the profile do not see — gathering longer contexts, the step's bookkeeping — the same
+seconds a step whatever its γ: on nj-target at 4 users a served step took ~3 ms more than the
+profile's at every γ; a factor measured/predicted instead would stretch the profile's row
+costs by as much and push γ down). An arm
 whose own data (mean ± Z standard errors) miss its scaled prediction — the profile got its
 shape wrong — or that the profile cannot predict keeps its data's interval (or stays unknown
 before ``MIN_SAMPLES`` steps), and is compared unpaired. An arm whose data agree combines
@@ -233,24 +236,35 @@ class ProfilePrior:
                     name, best = other, pred
         return name, best
 
-    def predict(self, batch: int, gamma: int, drafter: str | None = None) -> Interval | None:
-        """Predicted latency per token per sequence at (batch, γ, drafter), or None."""
+    def step(self, batch: int, gamma: int, drafter: str | None = None) -> float | None:
+        """Predicted seconds of a step at (batch, γ, drafter), or None (as ``predict``)."""
         p = self.profile
         if p is None:
             return None
         if gamma == 0:
-            step = p.target(batch, 1)
-            return Interval(step, step, step, (step, step, step)).scaled(1.0, self.time_tol)
+            return p.target(batch, 1)
         name = self.drafter(drafter)
         if p.drafter(name) is None or gamma + 1 > p.rows[-1]:
             return None
         runs = self.runs.get(name or "")
         if runs is not None and runs.weight >= MIN_RUNS and gamma <= runs.depth:
-            # Measured by lookahead: the tokens and the verify rows of every γ, as they come.
+            # Measured by lookahead: the verify rows of every γ, as they come.
             step = gamma * p.draft(batch, p.drafter(name)) + p.target(batch, runs.rows(gamma))
-            step += self.overhead.seconds(batch)
+        else:
+            step = p.step(batch, gamma, p.drafter(name))
+        return step + self.overhead.seconds(batch)
+
+    def predict(self, batch: int, gamma: int, drafter: str | None = None) -> Interval | None:
+        """Predicted latency per token per sequence at (batch, γ, drafter), or None."""
+        step = self.step(batch, gamma, drafter)
+        if step is None:
+            return None
+        if gamma == 0:
+            return Interval(step, step, step, (step, step, step)).scaled(1.0, self.time_tol)
+        name = self.drafter(drafter)
+        runs = self.runs.get(name or "")
+        if runs is not None and runs.weight >= MIN_RUNS and gamma <= runs.depth:
             return self._interval(tuple(step / e for e in runs.tokens(gamma, self.z)))
-        step = p.step(batch, gamma, p.drafter(name)) + self.overhead.seconds(batch)
         beta = self.acceptance.get(name or "", Beta())
         a_lo, a_hi = beta.bounds(self.z)
         return self._interval(tuple(step / expected_tokens(a, gamma) for a in (a_hi, beta.mean, a_lo)))
@@ -281,18 +295,21 @@ def arm_intervals(
     """Every arm's interval in one bucket (None per arm: nothing known; None: no profile)."""
     if prior.profile is None:
         return None
-    preds = [prior.best(batch, g, drafter)[1] for g in range(bandit.n_arms)]
-    means = bandit.means
+    best = [prior.best(batch, g, drafter) for g in range(bandit.n_arms)]
+    preds = [pred for _, pred in best]
+    steps = [prior.step(batch, g, name) if pred is not None else None for g, (name, pred) in enumerate(best)]
     num = den = 0.0
-    for a, pred in enumerate(preds):
-        if pred is not None and bandit.counts[a] >= MIN_SAMPLES:
-            num += bandit.counts[a] * means[a]
-            den += bandit.counts[a] * pred.mean
-    scale = num / den if den > 0 else 1.0
-    out: list[Interval | None] = []
+    for a, step in enumerate(steps):
+        if step is not None and bandit.counts[a] >= MIN_SAMPLES:
+            num += bandit.seconds[a] - bandit.counts[a] * step
+            den += bandit.counts[a]
+    known = [x for x in steps if x is not None]
+    offset = max(num / den, -0.9 * min(known)) if den > 0 and known else 0.0  # seconds a step
+    means, out = bandit.means, list[Interval | None]()
     for a, pred in enumerate(preds):
         n, m, half = bandit.counts[a], means[a], Z * bandit.stderr(a)
-        guess = None if pred is None else pred.scaled(scale)
+        step = steps[a]
+        guess = None if pred is None or step is None else pred.scaled((step + offset) / step)
         if n >= MIN_SAMPLES and (guess is None or m + half < guess.lo or m - half > guess.hi):
             guess = Interval(m, m - half, m + half)  # no prediction, or the data contradict it
         elif n >= MIN_SAMPLES and guess is not None and m > 0:  # both hold: combined

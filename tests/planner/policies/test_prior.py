@@ -86,15 +86,51 @@ def test_arm_intervals_calibrate_by_measured_arms() -> None:
     bandit = BinGreedy(3)
     plain = prior.predict(1, 0)
     assert plain is not None
-    for _ in range(10):  # γ = 0 runs 1.5 times slower than profiled
+    for _ in range(10):  # γ = 0 steps take half a profiled step more than profiled
         bandit.record(0, 1.5 * plain.mean, 1.0)
     ivs = arm_intervals(prior, bandit, 1, "d")
     assert ivs is not None and ivs[0] is not None and ivs[0].mean == pytest.approx(1.5 * plain.mean)
-    predicted = prior.predict(1, 2, "d")
-    assert predicted is not None and ivs[2] is not None
+    predicted, step = prior.predict(1, 2, "d"), prior.step(1, 2, "d")
+    assert predicted is not None and step is not None and ivs[2] is not None
+    k = (step + 0.5 * plain.mean) / step  # the same seconds added to γ = 2's step, not 1.5×
+    assert 1.0 < k < 1.5
     assert (ivs[2].mean, ivs[2].lo, ivs[2].hi) == pytest.approx(
-        (1.5 * predicted.mean, 1.5 * predicted.lo, 1.5 * predicted.hi)
+        (k * predicted.mean, k * predicted.lo, k * predicted.hi)
     )
+
+
+def test_serving_overhead_is_added_to_every_arm_not_multiplied() -> None:
+    """Served steps take ~3 ms more than the profile's at every γ (longer contexts to gather,
+    the step's bookkeeping); the profile's extra rows cost what they cost. Calibrated by the
+    seconds measured − predicted, γ = 4 (the best, in truth) stays predicted best after γ = 2
+    alone has been measured; stretched by the ratio, the rows would cost 1.5× as much and γ = 3
+    would look better."""
+    rows = [1, 2, 3, 4, 5]
+    profile = CostProfile(
+        model="fake", batches=[1, 4, 16], rows=rows, source="test",
+        target_s=[[0.0045 + 0.0008 * (q - 1) for q in rows]] * 3, drafter_s={"d": [0.00002] * 3},
+    )  # fmt: skip
+    prior = ProfilePrior()
+    prior.use(profile)
+    for _ in range(200):
+        prior.observe(Telemetry(worker_id="w", step=1, batch_size=4, num_tokens=8, step_time=0.01, gamma=2,
+                                drafter="d", counterfactual={"d": 0.7}))  # fmt: skip
+    bandit = BinGreedy(5)
+
+    def truth(gamma: int) -> float:  # served seconds a step
+        step = prior.step(4, gamma, "d")
+        assert step is not None
+        return step + 0.003
+
+    for _ in range(20):
+        bandit.record(2, truth(2), expected_tokens(0.7, 2))
+    ivs = arm_intervals(prior, bandit, 4, "d")
+    assert ivs is not None and all(iv is not None for iv in ivs)
+    true = [truth(g) / expected_tokens(0.7, g) for g in range(1, 5)]
+    assert min(range(4), key=lambda i: true[i]) == 3
+    got = [iv.mean for iv in ivs[1:] if iv is not None]
+    assert got == pytest.approx(true, rel=0.02)
+    assert min(range(4), key=lambda i: got[i]) == 3
 
 
 def test_overlap_limits_exploration() -> None:
