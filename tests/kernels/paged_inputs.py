@@ -20,18 +20,10 @@ class PagedBatch:
     query_lens: torch.Tensor  # [B] int64
     scale: float
 
-    def args(
-        self,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float]:
-        return (
-            self.q,
-            self.k_cache,
-            self.v_cache,
-            self.block_tables,
-            self.context_lens,
-            self.query_lens,
-            self.scale,
-        )
+    def args(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                            torch.Tensor, float]:
+        return (self.q, self.k_cache, self.v_cache, self.block_tables, self.context_lens,
+                self.query_lens, self.scale)
 
 
 def shuffled_block_tables(

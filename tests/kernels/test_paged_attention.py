@@ -47,7 +47,9 @@ CASES = {
 
 @pytest.mark.parametrize("heads,kv_heads", [(4, 2), (6, 2), (3, 3)], ids=["gqa2", "gqa3", "mha"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_torch_path_matches_naive(case: str, heads: int, kv_heads: int) -> None:
+def test_torch_path_matches_naive(
+    case: str, heads: int, kv_heads: int
+) -> None:
     ctx, ql = CASES[case]
     batch = make_paged_batch(ctx, ql, heads=heads, kv_heads=kv_heads, seed=len(case))
     assert_matches_naive(batch, paged_attention_torch(*batch.args()), atol=1e-5)

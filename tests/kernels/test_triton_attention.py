@@ -75,15 +75,8 @@ def test_strided_views_as_the_engine_passes_them() -> None:
     qkv[:, :, :h] = base.q
     pool = torch.randn(2, 2, *base.k_cache.shape)
     pool[1, 0], pool[1, 1] = base.k_cache, base.v_cache
-    view = PagedBatch(
-        qkv[:, :, :h],
-        pool[1, 0],
-        pool[1, 1],
-        base.block_tables,
-        base.context_lens,
-        base.query_lens,
-        base.scale,
-    )
+    view = PagedBatch(qkv[:, :, :h], pool[1, 0], pool[1, 1], base.block_tables,
+                      base.context_lens, base.query_lens, base.scale)
     assert not view.q.is_contiguous()
     out = triton_attention.paged_attention(*view.args(), block_n=16)
     assert_valid_rows_close(view, out, paged_attention_torch(*base.args()), atol=1e-5)

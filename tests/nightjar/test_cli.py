@@ -140,23 +140,8 @@ def test_gateway_security_and_limit_flags(monkeypatch: pytest.MonkeyPatch) -> No
     assert s.api_keys == ("k1", "k2") and s.rate_limit_rps == 5 and s.result_ttl_s == 3600
     assert s.max_body_bytes == 4 * 1024 * 1024 and s.request_timeout_s == 600
     args = build_parser().parse_args(
-        [
-            "gateway",
-            "--redis-url",
-            "memory://",
-            "--api-key",
-            "a",
-            "--api-key",
-            "b",
-            "--rate-burst",
-            "9",
-            "--request-timeout",
-            "30",
-            "--max-body-bytes",
-            "1000",
-            "--max-concurrency",
-            "10",
-        ]
+        ["gateway", "--redis-url", "memory://", "--api-key", "a", "--api-key", "b", "--rate-burst", "9",
+         "--request-timeout", "30", "--max-body-bytes", "1000", "--max-concurrency", "10"]
     )
     s = _gateway_app(args).state.settings
     assert s.api_keys == ("a", "b") and s.rate_limit_burst == 9 and s.request_timeout_s == 30

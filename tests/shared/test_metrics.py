@@ -180,10 +180,8 @@ def test_log_formats_carry_request_ids() -> None:
     assert plain.endswith("hello [rid-ctx]")
     explicit = json.loads(logs.JsonFormatter().format(_record("x", request_id="rid-job")))
     assert explicit["request_id"] == "rid-job"
-    assert (
-        logs.PlainFormatter()
-        .format(_record("job j request rid-job", request_id="rid-job"))
-        .endswith("rid-job")
+    assert logs.PlainFormatter().format(_record("job j request rid-job", request_id="rid-job")).endswith(
+        "rid-job"
     )  # named once, not twice
     assert logs.accept_request_id("ok-1") == "ok-1"
     assert logs.accept_request_id("bad id") != "bad id" and logs.accept_request_id(None)

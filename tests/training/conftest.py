@@ -34,32 +34,12 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
 
 @pytest.fixture()
 def tiny_target() -> Recipe:
-    return Recipe(
-        name="nj-target",
-        arch=ArchSpec(hidden=32, layers=2, heads=4, kv_heads=2, intermediate=64),
-        domains=("stories", "code"),
-        steps=40,
-        batch_size=8,
-        seq_len=32,
-        lr=1e-2,
-        warmup=5,
-    )
+    return Recipe(name="nj-target", arch=ArchSpec(hidden=32, layers=2, heads=4, kv_heads=2, intermediate=64),
+                  domains=("stories", "code"), steps=40, batch_size=8, seq_len=32, lr=1e-2, warmup=5)
 
 
 @pytest.fixture()
 def tiny_drafter() -> Recipe:
     arch = ArchSpec(hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32)
-    return Recipe(
-        name="nj-draft-prose",
-        arch=arch,
-        domains=("stories",),
-        steps=30,
-        batch_size=8,
-        seq_len=32,
-        lr=1e-2,
-        warmup=5,
-        distill=True,
-        topk=8,
-        continuations=4,
-        max_windows=8,
-    )
+    return Recipe(name="nj-draft-prose", arch=arch, domains=("stories",), steps=30, batch_size=8, seq_len=32,
+                  lr=1e-2, warmup=5, distill=True, topk=8, continuations=4, max_windows=8)

@@ -15,13 +15,8 @@ NJ = [TARGET.name, *(r.name for r in DRAFTERS)]
 @pytest.mark.parametrize("name", NJ)
 def test_each_model_is_a_complete_hf_dir(name: str) -> None:
     model_dir = MODELS / name
-    for f in (
-        "config.json",
-        "model.safetensors",
-        "generation_config.json",
-        "tokenizer.json",
-        "tokenizer_config.json",
-    ):
+    for f in ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
+              "tokenizer_config.json"):
         assert (model_dir / f).is_file(), f"{name} lacks {f}"
     config = AutoConfig.from_pretrained(str(model_dir))
     assert config.model_type == "llama" and config.tie_word_embeddings
@@ -43,8 +38,7 @@ def test_nj_models_share_one_tokenizer_and_drafters_are_small() -> None:
         assert drafter.config.eos_token_id == target.config.eos_token_id
         assert count_params(drafter) * 8 <= count_params(target)
         assert r.arch.matmul_params(drafter.config.vocab_size) * 8 <= TARGET.arch.matmul_params(
-            target.config.vocab_size
-        )
+            target.config.vocab_size)
 
 
 def test_committed_files_stay_small() -> None:

@@ -8,16 +8,8 @@ from training.corpus import DataError, code_domain, load_domains, stdlib_python_
 
 
 def _fake_stdlib(root: Path) -> Path:
-    for rel in (
-        "a.py",
-        "pkg/b.py",
-        "pkg/c.py",
-        "test/test_x.py",
-        "pkg/tests/t.py",
-        "site-packages/z.py",
-        "test_y.py",
-        "notes.txt",
-    ):
+    for rel in ("a.py", "pkg/b.py", "pkg/c.py", "test/test_x.py", "pkg/tests/t.py", "site-packages/z.py",
+                "test_y.py", "notes.txt"):
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"# {rel}\nx = 1\n" * 5)

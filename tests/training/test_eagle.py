@@ -17,16 +17,8 @@ from training.eagle_pipeline import EagleOptions, load_head, run_train_eagle
 from training.eagle_report import splice_eagle
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
-CFG = HeadConfig(
-    hidden=32,
-    intermediate=64,
-    heads=4,
-    kv_heads=2,
-    head_dim=8,
-    rope_theta=10000.0,
-    target_vocab=50,
-    draft_vocab=20,
-)
+CFG = HeadConfig(hidden=32, intermediate=64, heads=4, kv_heads=2, head_dim=8, rope_theta=10000.0,
+                 target_vocab=50, draft_vocab=20)
 
 
 def _head(seed: int = 0) -> EagleHead:
@@ -94,25 +86,10 @@ def test_alpha_inverts_expected_tokens() -> None:
 
 def test_train_eagle_end_to_end_on_a_tiny_target(tmp_path: Path) -> None:
     target = build_llama(tmp_path / "tiny-target", layers=2, hidden=64)
-    spec = DataSpec(
-        chat_prompts=3,
-        code_prompts=3,
-        more_chat=2,
-        more_sharegpt=2,
-        more_code=2,
-        new_tokens=12,
-        eval_prompts=2,
-        eval_new_tokens=10,
-    )
-    opts = EagleOptions(
-        out=tmp_path / "models",
-        data=DATA,
-        target_dir=target,
-        steps=3,
-        draft_vocab=64,
-        spec=spec,
-        cache_dir=tmp_path / "cache",
-    )
+    spec = DataSpec(chat_prompts=3, code_prompts=3, more_chat=2, more_sharegpt=2, more_code=2, new_tokens=12,
+                    eval_prompts=2, eval_new_tokens=10)
+    opts = EagleOptions(out=tmp_path / "models", data=DATA, target_dir=target, steps=3, draft_vocab=64,
+                        spec=spec, cache_dir=tmp_path / "cache")
     logs: list[str] = []
     res = run_train_eagle(opts, logs.append)
     assert set(res) == {"smol-eagle-chat", "smol-eagle-code"}

@@ -74,5 +74,5 @@ def test_labelled_generation_stops_at_eos() -> None:
     free = generate_labelled(model, [[5, 6, 7]], new_tokens=6, k=2, eos_id=None, pad_id=0)[0]
     eos = free.generated[1]
     stopped = generate_labelled(model, [[5, 6, 7]], new_tokens=6, k=2, eos_id=eos, pad_id=0)[0]
-    assert stopped.generated == free.generated[: free.generated.index(eos) + 1]
+    assert stopped.generated == free.generated[:free.generated.index(eos) + 1]
     assert stopped.topk_ids.shape[0] == len(stopped.tokens) - 1

@@ -29,20 +29,14 @@ def _cfg(recipe: Recipe) -> LoopConfig:
 def test_mini_target_learns_and_saves_a_loadable_hf_dir(
     tiny_tokenizer: PreTrainedTokenizerFast, tiny_target: Recipe, tmp_path: Path
 ) -> None:
-    model, run = train_target(
-        tiny_tokenizer, _streams(tiny_tokenizer), tiny_target, _cfg(tiny_target), 0, log=lambda _: None
-    )
+    model, run = train_target(tiny_tokenizer, _streams(tiny_tokenizer), tiny_target, _cfg(tiny_target), 0,
+                              log=lambda _: None)
     assert run.steps == 40 and run.tokens == 40 * 8 * 32
     assert run.last_loss < 0.6 * run.first_loss
     out = save_model(model, tiny_tokenizer, tmp_path / "nj-target", {"name": "nj-target"})
     names = {p.name for p in out.iterdir()}
-    assert {
-        "config.json",
-        "model.safetensors",
-        "generation_config.json",
-        "tokenizer.json",
-        "tokenizer_config.json",
-    } <= names
+    assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
+            "tokenizer_config.json"} <= names
     assert read_meta(out) == {"name": "nj-target"}
 
     loaded = AutoModelForCausalLM.from_pretrained(str(out))
@@ -73,9 +67,8 @@ def test_drafter_distils_towards_the_target(
 ) -> None:
     streams = _streams(tiny_tokenizer)
     target, _ = train_target(tiny_tokenizer, streams, tiny_target, _cfg(tiny_target), 0, log=lambda _: None)
-    drafter, run, info = train_drafter(
-        target, tiny_tokenizer, streams, tiny_drafter, _cfg(tiny_drafter), 1, log=lambda _: None
-    )
+    drafter, run, info = train_drafter(target, tiny_tokenizer, streams, tiny_drafter, _cfg(tiny_drafter), 1,
+                                       log=lambda _: None)
     assert run.last_loss < run.first_loss  # the KL to the target's soft labels fell
     assert info["teacher_continuations"] == 4
     assert info["distill_windows"] == 8 + 4  # capped text windows plus continuations

@@ -22,17 +22,8 @@ def teacher(tiny_tokenizer: PreTrainedTokenizerFast, tmp_path: Path) -> Teacher:
 
 
 def _recipe() -> Recipe:
-    return Recipe(
-        name="smol-draft-chat",
-        arch=ArchSpec(16, 1, 2, 1, 32),
-        domains=("chat",),
-        steps=12,
-        batch_size=4,
-        seq_len=16,
-        warmup=2,
-        topk=4,
-        max_windows=6,
-    )
+    return Recipe(name="smol-draft-chat", arch=ArchSpec(16, 1, 2, 1, 32), domains=("chat",), steps=12,
+                  batch_size=4, seq_len=16, warmup=2, topk=4, max_windows=6)
 
 
 def test_labels_are_cached_on_disk(teacher: Teacher, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -63,9 +54,8 @@ def test_build_set_mixes_teacher_rows_and_text(teacher: Teacher) -> None:
     assert data.windows.shape == (2 + 6, 17) and data.generated_rows == 2
     assert data.weights is not None
     assert abs(data.weights[:2].sum().item() - 0.5) < 1e-6 and abs(data.weights.sum().item() - 1) < 1e-6
-    model, run = train_smol_drafter(
-        teacher, data, _recipe(), LoopConfig(steps=12, lr=1e-2, warmup=2), 0, log=lambda _: None
-    )
+    model, run = train_smol_drafter(teacher, data, _recipe(), LoopConfig(steps=12, lr=1e-2, warmup=2), 0,
+                                    log=lambda _: None)
     assert run.steps == 12 and model.config.vocab_size == teacher.model.config.vocab_size
     assert model.config.eos_token_id == teacher.eos_id
 

@@ -29,25 +29,11 @@ def test_a_drafter_agrees_with_itself(tiny_tokenizer: PreTrainedTokenizerFast, t
 
 
 @pytest.mark.train
-def test_train_smol_drafters_end_to_end(
-    tiny_tokenizer: PreTrainedTokenizerFast, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_train_smol_drafters_end_to_end(tiny_tokenizer: PreTrainedTokenizerFast, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
     arch = ArchSpec(16, 1, 2, 1, 32)
-    recipes = tuple(
-        Recipe(
-            name=f"smol-draft-{d}",
-            arch=arch,
-            domains=(d,),
-            steps=6,
-            batch_size=2,
-            seq_len=32,
-            warmup=2,
-            topk=4,
-            continuations=3,
-            max_windows=8,
-        )
-        for d in ("chat", "code")
-    )
+    recipes = tuple(Recipe(name=f"smol-draft-{d}", arch=arch, domains=(d,), steps=6, batch_size=2, seq_len=32,
+                           warmup=2, topk=4, continuations=3, max_windows=8) for d in ("chat", "code"))
     monkeypatch.setattr(smol_pipeline, "SMOL_DRAFTERS", recipes)
     monkeypatch.setattr(smol_pipeline, "NEW_TOKENS", 8)
     monkeypatch.setattr(smol_pipeline, "EVAL_PROMPTS", 2)

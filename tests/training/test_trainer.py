@@ -41,9 +41,8 @@ def _batch() -> dict[str, torch.Tensor]:
 def test_loop_fits_a_cycle() -> None:
     torch.manual_seed(0)
     model = _Bigram()
-    run = train_loop(
-        model, _batch, lm_loss, LoopConfig(steps=60, lr=0.1, warmup=5, log_every=10), log=lambda _: None
-    )
+    run = train_loop(model, _batch, lm_loss, LoopConfig(steps=60, lr=0.1, warmup=5, log_every=10),
+                     log=lambda _: None)
     assert run.steps == 60 and run.tokens == 60 * 9
     assert len(run.losses) == 6
     assert run.last_loss < 0.1 < run.first_loss
