@@ -10,7 +10,12 @@ curves are built from it), so simulation and serving use one cost model:
   for ``batches[i]`` sequences;
 - ``catch_up_s[name][i]``: seconds per skipped token per sequence when that drafter catches up
   after speculation was off, for ``batches[i]`` sequences (a catch-up of L tokens costs
-  ``L · catch_up_s``); a drafter without an entry has no measured catch-up.
+  ``L · catch_up_s``); a drafter without an entry has no measured catch-up;
+- ``context``: the mean tokens per sequence (prompt and output) ``target_s`` was measured at;
+  ``long_target_s``, when present, is the same table measured at ``long_context`` tokens. A
+  forward's time grows with the context it attends over and gathers (nj-target at batch 32:
+  8.3 ms at ~30 tokens, 13.1 ms at ~140), so ``target(…, context)`` is linear in the context
+  through the two tables (without a second table, or without a context, it is ``target_s``).
 
 Between and beyond the measured points every value is piecewise-linear (``interp``), over
 batch size first and then over rows. ``num_blocks`` is the KV pool the profile was measured
@@ -50,6 +55,9 @@ class CostProfile(BaseModel):
     target_s: list[list[float]]  # target_s[i][k]: batch batches[i], q = rows[k]
     drafter_s: dict[str, list[float]] = Field(default_factory=dict)  # drafter -> seconds per batch
     catch_up_s: dict[str, list[float]] = Field(default_factory=dict)  # drafter -> s/token per batch
+    context: float = Field(default=0.0, ge=0.0)  # tokens per sequence target_s was measured at (0: unknown)
+    long_context: float = Field(default=0.0, ge=0.0)  # ... and long_target_s
+    long_target_s: list[list[float]] = Field(default_factory=list)  # target_s at long_context (or empty)
     num_blocks: int | None = Field(default=None, ge=0)  # the KV pool it was measured with
     device: str = "cpu"
     worker_id: str | None = None
@@ -65,11 +73,17 @@ class CostProfile(BaseModel):
             raise ValueError("rows must be distinct, ascending and ≥ 1")
         if len(self.target_s) != len(self.batches) or any(len(r) != len(self.rows) for r in self.target_s):
             raise ValueError("target_s needs one row per batch size and one value per rows entry")
+        if self.long_target_s and (
+            len(self.long_target_s) != len(self.batches)
+            or any(len(r) != len(self.rows) for r in self.long_target_s)
+            or not self.long_context > self.context > 0
+        ):
+            raise ValueError("long_target_s needs target_s's shape and long_context > context > 0")
         for what, table in (("drafter_s", self.drafter_s), ("catch_up_s", self.catch_up_s)):
             for name, values in table.items():
                 if len(values) != len(self.batches):
                     raise ValueError(f"{what}[{name!r}] needs one value per batch size")
-        values = [v for r in self.target_s for v in r]
+        values = [v for r in self.target_s + self.long_target_s for v in r]
         values += [v for t in (self.drafter_s, self.catch_up_s) for vs in t.values() for v in vs]
         if any(not v >= 0.0 or v == float("inf") for v in values):
             raise ValueError("every time must be finite and ≥ 0")
@@ -80,9 +94,17 @@ class CostProfile(BaseModel):
         """The largest γ whose verify pass was measured (rows up to γ + 1)."""
         return self.rows[-1] - 1
 
-    def target(self, batch: float, rows: float) -> float:
-        """Seconds of one target forward over ``rows`` tokens for each of ``batch`` sequences."""
-        by_batch = [interp(self.rows, r, rows) for r in self.target_s]
+    def target(self, batch: float, rows: float, context: float | None = None) -> float:
+        """Seconds of one target forward over ``rows`` tokens for each of ``batch`` sequences
+        (at ``context`` tokens a sequence, where the profile measured two contexts)."""
+        short = self._table(self.target_s, batch, rows)
+        if context is None or not self.long_target_s:
+            return short
+        long = self._table(self.long_target_s, batch, rows)
+        return max(interp([self.context, self.long_context], [short, long], context), FLOOR_S)
+
+    def _table(self, table: list[list[float]], batch: float, rows: float) -> float:
+        by_batch = [interp(self.rows, r, rows) for r in table]
         return max(interp(self.batches, by_batch, batch), FLOOR_S)
 
     def drafter(self, name: str | None = None) -> str | None:
@@ -96,9 +118,9 @@ class CostProfile(BaseModel):
         d = self.drafter(name)
         return 0.0 if d is None else max(interp(self.batches, self.drafter_s[d], batch), FLOOR_S)
 
-    def step(self, batch: float, gamma: int, name: str | None = None) -> float:
+    def step(self, batch: float, gamma: int, name: str | None = None, context: float | None = None) -> float:
         """Seconds of one decoding step at γ: γ draft steps, then a verify pass over γ + 1 rows."""
-        return gamma * self.draft(batch, name) + self.target(batch, gamma + 1)
+        return gamma * self.draft(batch, name) + self.target(batch, gamma + 1, context)
 
     def catch_up(self, batch: float, tokens: float, name: str | None = None) -> float | None:
         """Seconds a drafter needs to catch up ``tokens`` skipped tokens per sequence (None when

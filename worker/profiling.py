@@ -36,7 +36,7 @@ import random
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shared.control import ALL_BATCHES, Decision
@@ -47,6 +47,7 @@ from worker.engine.api import Engine, EngineRequest, RequestOutput, StepStats
 log = logging.getLogger(__name__)
 
 PROFILE_ID = "nj-profile-"  # prefix of every synthetic request id
+LONG_REPS = 3  # rounds of the long-context pass (at most ``reps``)
 PROFILE_POLICY = "profile"
 
 
@@ -59,6 +60,7 @@ class ProfileSettings:
     max_batch: int = 32  # largest batch measured (powers of two up to it, capped by the engine)
     gamma_max: int = 4  # rows per sequence 1 .. gamma_max + 1
     prompt_len: int = 16  # tokens of each synthetic prompt
+    long_prompt_len: int = 128  # the target measured again at this prompt length (0: not)
     reps: int = 5  # rounds over the batch sizes, one step per point each (the fastest is kept)
     warmup: int = 1  # γ = 0 steps run, not measured, after the prefill
     lag_steps: int = 2  # γ = 0 steps before another drafter's catch-up is measured
@@ -95,9 +97,10 @@ class BatchCosts:
     target: dict[int, float] = field(default_factory=dict)  # rows -> seconds
     drafter: dict[str, float] = field(default_factory=dict)  # name -> seconds per draft step
     catch_up: dict[str, float] = field(default_factory=dict)  # name -> seconds per token per sequence
+    context: float = 0.0  # mean tokens per sequence over the target steps measured
 
     def fastest(self, other: BatchCosts | None) -> BatchCosts:
-        """Each value the lower of this round's and ``other``'s."""
+        """Each value the lower of this round's and ``other``'s (every round's context alike)."""
         if other is None:
             return self
 
@@ -105,7 +108,7 @@ class BatchCosts:
             return {k: min(v for v in (a.get(k), b.get(k)) if v is not None) for k in a.keys() | b.keys()}
 
         return BatchCosts(low(self.target, other.target), low(self.drafter, other.drafter),
-                          low(self.catch_up, other.catch_up))  # fmt: skip
+                          low(self.catch_up, other.catch_up), (self.context + other.context) / 2)  # fmt: skip
 
 
 def busy(stats: StepStats) -> float:
@@ -125,6 +128,7 @@ class _Pass:
         self.last_step_s = 0.0
         self.vocab = _vocab_size(engine)
         self.output_len = output_room(engine, s, len(drafters))
+        self.contexts: list[float] = []  # of the target steps measured in this batch's pass
 
     def decide(self, gamma: int, drafter: str | None = None) -> None:
         table, inf = [(ALL_BATCHES, gamma)], float("inf")
@@ -184,6 +188,7 @@ class _Pass:
             stats, _ = self.step()
             if i >= skip and self.counted(stats, batch) and stats.gamma == 0:
                 out.append(busy(stats))
+                self.contexts.append(stats.mean_context)
 
     def measure(self, batch: int, ids: list[str]) -> BatchCosts:
         """One step of each point: γ = 0; the first drafter at γ = 1..γmax; each other drafter
@@ -211,7 +216,10 @@ class _Pass:
                 drafts[name].append(stats.draft_time / gamma)
                 if not full and stats.gamma == gamma and stats.proposed == batch * gamma:
                     rows[gamma + 1].append(busy(stats))
+                    self.contexts.append(stats.mean_context)
         self.clear(ids)
+        costs.context = _mean(self.contexts)
+        self.contexts.clear()
         costs.target = {q: min(xs) for q, xs in sorted(rows.items()) if xs}
         costs.drafter = {n: min(xs) for n, xs in drafts.items() if xs}
         return costs
@@ -266,31 +274,43 @@ def profile_engine(
     names = [] if offloaded else list(getattr(engine, "drafter_names", []))
     run = _Pass(engine, settings, t0 + settings.budget_s, names)
     done: dict[int, BatchCosts] = {}
-    sizes = batch_sizes(engine, settings, len(names))
+    long: dict[int, BatchCosts] = {}
     try:
-        for rnd, batch in ((r, b) for r in range(settings.reps) for b in sizes):
-            ids = [f"{PROFILE_ID}{rnd}-{batch}-{i}" for i in range(batch)]
-            try:
-                done[batch] = run.measure(batch, ids).fastest(done.get(batch))
-                if batch == sizes[-1]:
-                    log.info("cost profile: round %d done at %.1f s", rnd + 1, time.perf_counter() - t0)
-            except OutOfTime:
-                log.warning(
-                    "cost profile: budget of %.0f s spent in round %d at batch %d",
-                    settings.budget_s, rnd + 1, batch,
-                )  # fmt: skip
-                run.clear(ids)
-                break
-            except Interrupted:
-                for rid in ids:  # the next real step finishes them, as cancelled
-                    engine.abort_request(rid)
-                raise
+        _rounds(run, batch_sizes(engine, settings, len(names)), settings.reps, done, "", t0)
+        if settings.long_prompt_len > settings.prompt_len and done:
+            # The target again at a longer context (the first drafter only, for the rows).
+            wide = replace(settings, prompt_len=settings.long_prompt_len)
+            again = _Pass(engine, wide, run.deadline, names[:1])
+            sizes = [b for b in batch_sizes(engine, wide, len(names[:1])) if b in done]
+            _rounds(again, sizes, min(settings.reps, LONG_REPS), long, "long-", t0)
     finally:
         engine.apply_decision((restore() if restore else None) or _idle_decision())
-    profile = assemble(done, model, names, time.perf_counter() - t0, run.total_blocks, worker_id, source)
+    seconds = time.perf_counter() - t0
+    profile = assemble(done, model, names, seconds, run.total_blocks, worker_id, source, long)
     if profile is not None:
         profile.device = _device(engine)
     return profile
+
+
+def _rounds(
+    run: _Pass, sizes: list[int], reps: int, done: dict[int, BatchCosts], tag: str, t0: float
+) -> None:
+    """``reps`` rounds over the batch sizes into ``done`` (the fastest of each point kept),
+    until the budget runs out."""
+    for rnd, batch in ((r, b) for r in range(reps) for b in sizes):
+        ids = [f"{PROFILE_ID}{tag}{rnd}-{batch}-{i}" for i in range(batch)]
+        try:
+            done[batch] = run.measure(batch, ids).fastest(done.get(batch))
+            if batch == sizes[-1]:
+                log.info("cost profile: %sround %d done at %.1f s", tag, rnd + 1, time.perf_counter() - t0)
+        except OutOfTime:
+            log.warning("cost profile: budget spent in %sround %d at batch %d", tag, rnd + 1, batch)
+            run.clear(ids)
+            return
+        except Interrupted:
+            for rid in ids:  # the next real step finishes them, as cancelled
+                run.engine.abort_request(rid)
+            raise
 
 
 def assemble(
@@ -301,15 +321,27 @@ def assemble(
     num_blocks: int,
     worker_id: str | None,
     source: str,
+    long: dict[int, BatchCosts] | None = None,
 ) -> CostProfile | None:
-    """The profile of the batch sizes measured: rows and drafters measured at all of them."""
+    """The profile of the batch sizes measured: rows and drafters measured at all of them;
+    the ``long`` context's table where it covers the same batches and rows at a longer
+    context (else none)."""
     if not done:
         return None
     batches = sorted(done)
     rows = sorted(set.intersection(*(set(done[b].target) for b in batches)))
     rows = [q for i, q in enumerate(rows) if q == i + 1]  # 1, 2, …: a gap ends the table
     named = [d for d in drafters if all(d in done[b].drafter for b in batches)]
+    context = _mean([done[b].context for b in batches])
+    long = long or {}
+    wide = all(b in long and all(q in long[b].target for q in rows) for b in batches)
+    long_context = _mean([long[b].context for b in batches]) if wide else 0.0
+    if not long_context > context > 0:
+        long_context, wide = 0.0, False
     return CostProfile(
+        context=context,
+        long_context=long_context,
+        long_target_s=envelope([[long[b].target[q] for q in rows] for b in batches]) if wide else [],
         model=model,
         batches=batches,
         rows=rows,
@@ -321,6 +353,10 @@ def assemble(
         source=source,
         measure_s=seconds,
     )  # fmt: skip
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
 
 
 def envelope(table: list[list[float]]) -> list[list[float]]:

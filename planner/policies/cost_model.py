@@ -86,7 +86,9 @@ class CostModelPolicy(Policy):
         """Measured / profiled step time over the lengths measured in ``bucket`` (1: none)."""
         p = self.prior.profile
         assert p is not None
-        pairs = [(v, p.target(batch, k + 1)) for k, v in enumerate(self.costs.tv[bucket]) if v is not None]
+        ctx = self.prior.context
+        tv = self.costs.tv[bucket]
+        pairs = [(v, p.target(batch, k + 1, ctx)) for k, v in enumerate(tv) if v is not None]
         return sum(v for v, _ in pairs) / sum(x for _, x in pairs) if pairs else 1.0
 
     def cost_per_token(self, bucket: int, k: int) -> float:
@@ -97,7 +99,7 @@ class CostModelPolicy(Policy):
             batch, scale = self.buckets.representative(bucket), 1.0
             measured = self.costs.tv[bucket][k]
             scale = self._scale(bucket, batch) if measured is None else 1.0
-            t_v = measured if measured is not None else scale * p.target(batch, k + 1)
+            t_v = measured if measured is not None else scale * p.target(batch, k + 1, self.prior.context)
             td = self.costs.td[bucket]
             t_d = td if td is not None else p.draft(batch, self.drafter)
         return (k * t_d + t_v) / expected_tokens(self.alpha, k)

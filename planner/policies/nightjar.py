@@ -124,7 +124,7 @@ class NightjarPolicy(Policy):
         p = self.prior.profile
         if p is None or not p.drafter_s:
             return {}
-        plain = p.target(batch, 1)
+        plain = p.target(batch, 1, self.prior.context)
         return {d: p.draft(batch, d) / plain for d in p.drafter_s}
 
     def dominated(self, costs: dict[str, float], keep: str | None) -> list[str]:

@@ -1,9 +1,10 @@
 """The startup cost profile as the policies' prior: predicted latency per token per (batch,
 γ, drafter), with an interval.
 
-A step at γ costs ``profile.step(B, γ, d)`` seconds (γ draft steps of drafter d, then a target
-pass over γ + 1 rows) and gives each sequence E(α, γ) = (1 − α^(γ+1))/(1 − α) tokens, so the
-predicted latency per token per sequence — the bandit's loss ℓ — is step / E(α, γ) (goodput
+A step at γ costs ``profile.step(B, γ, d, context)`` seconds (γ draft steps of drafter d, then
+a target pass over γ + 1 rows, at the moving mean of the served steps' tokens per sequence
+where the profile measured two contexts) and gives each sequence E(α, γ) = (1 − α^(γ+1))/(1 − α)
+tokens, so the predicted latency per token per sequence — the bandit's loss ℓ — is step / E(α, γ) (goodput
 is B / ℓ). α is per drafter, from telemetry: each drafter's rate in ``counterfactual`` (the
 worker puts the realised accepted/judged of the one that ran there too; failing that, its
 acceptance is solved from the step, ``signals.acceptance``), as a discounted
@@ -189,6 +190,7 @@ class ProfilePrior:
         self.running: str | None = None  # the drafter the workers ran last
         self.overhead = SpecOverhead()
         self.runs: dict[str, Runs] = {}  # model-free drafters' lookahead
+        self.context: float | None = None  # moving mean of the steps' tokens per sequence
 
     def use(self, profile: CostProfile) -> None:
         self.profile = profile
@@ -200,6 +202,8 @@ class ProfilePrior:
     def observe(self, t: Telemetry) -> None:
         if not is_step(t):
             return
+        if t.mean_context > 0:
+            self.context = _move(self.context, t.mean_context)
         self.overhead.observe(t)
         for name, la in t.lookahead.items():
             self.runs.setdefault(name, Runs([0.0] * len(la.accepted), [0.0] * len(la.proposed))).add(
@@ -241,17 +245,18 @@ class ProfilePrior:
         p = self.profile
         if p is None:
             return None
+        ctx = self.context
         if gamma == 0:
-            return p.target(batch, 1)
+            return p.target(batch, 1, ctx)
         name = self.drafter(drafter)
         if p.drafter(name) is None or gamma + 1 > p.rows[-1]:
             return None
         runs = self.runs.get(name or "")
         if runs is not None and runs.weight >= MIN_RUNS and gamma <= runs.depth:
             # Measured by lookahead: the verify rows of every γ, as they come.
-            step = gamma * p.draft(batch, p.drafter(name)) + p.target(batch, runs.rows(gamma))
+            step = gamma * p.draft(batch, p.drafter(name)) + p.target(batch, runs.rows(gamma), ctx)
         else:
-            step = p.step(batch, gamma, p.drafter(name))
+            step = p.step(batch, gamma, p.drafter(name), ctx)
         return step + self.overhead.seconds(batch)
 
     def predict(self, batch: int, gamma: int, drafter: str | None = None) -> Interval | None:
@@ -279,6 +284,7 @@ class ProfilePrior:
             "running": self.running,
             "overhead": self.overhead.state_dict(),
             "runs": {n: [r.accepted, r.proposed] for n, r in self.runs.items()},
+            "context": self.context,
         }
 
     def load_state_dict(self, s: dict[str, Any]) -> None:
@@ -287,6 +293,7 @@ class ProfilePrior:
         self.overhead.load_state_dict(s.get("overhead", {}))
         self.runs = {str(n): Runs([float(x) for x in v[0]], [float(x) for x in v[1]])
                      for n, v in s.get("runs", {}).items()}  # fmt: skip
+        self.context = None if s.get("context") is None else float(s["context"])
 
 
 def arm_intervals(

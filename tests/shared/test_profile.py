@@ -58,3 +58,22 @@ def test_json_round_trip() -> None:
 def test_bad_shapes_are_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         profile(**bad)
+
+
+def test_a_second_context_makes_the_target_linear_in_context() -> None:
+    """Measured at ~30 and ~140 tokens a sequence, the target at 250 is on the line through
+    both (a forward attends over and gathers the whole context); without a context asked, or
+    without the second table, it is the first one's."""
+    long = [[0.015, 0.018, 0.030], [0.030, 0.045, 0.090]]
+    p = profile(context=30.0, long_context=140.0, long_target_s=long)
+    assert p.target(8, 5) == pytest.approx(0.060)
+    assert p.target(8, 5, 140.0) == pytest.approx(0.090)
+    assert p.target(8, 5, 250.0) == pytest.approx(0.060 + (0.090 - 0.060) * 220 / 110)
+    assert p.target(1, 1, 85.0) == pytest.approx(0.0125)
+    assert p.step(1, 4, "code", 140.0) == pytest.approx(4 * 0.002 + 0.030)
+    assert profile(context=30.0).target(8, 5, 250.0) == pytest.approx(0.060)
+    assert CostProfile.loads(p.dumps()) == p
+    with pytest.raises(ValidationError):
+        profile(context=30.0, long_context=140.0, long_target_s=long[:1])
+    with pytest.raises(ValidationError):
+        profile(context=140.0, long_context=30.0, long_target_s=long)

@@ -67,6 +67,10 @@ def test_profile_is_complete_and_sane(
     assert all(v > 0 for vs in profile.drafter_s.values() for v in vs)
     # sane: verifying five rows for four sequences costs more than one row for one
     assert profile.target(4, 5) > profile.target(1, 1)
+    # and the target again at a longer context, the same shape (FAST: prompts of 16 and 128)
+    assert 16 < profile.context < 16 + 40 and 128 < profile.long_context < 128 + 40
+    assert len(profile.long_target_s) == 3 and all(len(r) == 5 for r in profile.long_target_s)
+    assert profile.target(4, 1, profile.long_context) == pytest.approx(profile.long_target_s[2][0])
     # the engine is left as it was: nothing of the profile's runs on, output stays exact
     prompt = [5, 6, 7, 8, 9]
     assert _generate(spec_engine, "real", prompt, 6) == reference_greedy(

@@ -381,3 +381,29 @@ def test_lookahead_lets_nightjar_speculate_with_ngram_it_never_ran() -> None:
     restored = registry.create("nightjar", offload=False)
     restored.load_state_dict(policy.state_dict())
     assert restored.prior.runs["ngram"].accepted == policy.prior.runs["ngram"].accepted
+
+
+def test_predictions_are_at_the_served_context() -> None:
+    """With the target measured at two contexts, a prediction is at the moving mean of the
+    steps' tokens per sequence: served sequences of ~250 tokens cost what the line through
+    the profile's ~30 and ~140 says, not the short prompts' time."""
+    rows = [1, 2, 3]
+    profile = CostProfile(
+        model="fake", batches=[1, 32], rows=rows, source="test",
+        target_s=[[0.002, 0.0025, 0.003], [0.008, 0.013, 0.018]],
+        context=30.0, long_context=140.0,
+        long_target_s=[[0.003, 0.0035, 0.004], [0.012, 0.018, 0.025]],
+        drafter_s={"d": [0.0001, 0.0002]},
+    )  # fmt: skip
+    prior = ProfilePrior()
+    prior.use(profile)
+    assert prior.step(32, 0) == pytest.approx(0.008)  # no step seen: the first table
+    for step in range(200):
+        prior.observe(Telemetry(worker_id="w", step=step, batch_size=32, num_tokens=32, step_time=0.02,
+                                mean_context=250.0))  # fmt: skip
+    assert prior.context == pytest.approx(250.0)
+    assert prior.step(32, 0) == pytest.approx(0.008 + 0.004 * 220 / 110)
+    assert prior.step(32, 2, "d") == pytest.approx(2 * 0.0002 + 0.018 + 0.007 * 220 / 110)
+    restored = ProfilePrior()
+    restored.load_state_dict(prior.state_dict())
+    assert restored.context == prior.context
