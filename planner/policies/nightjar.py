@@ -12,7 +12,7 @@ from planner.policies.drafter import HEDGE_PARAMS, DrafterChooser
 from planner.policies.offload import OFFLOAD_PARAMS, OffloadRule
 from planner.policies.params import Param, bool_param, float_param, int_list_param, int_param, str_param
 from planner.policies.prior import ProfilePrior, arm_intervals
-from planner.policies.signals import Draws, busy_time, is_step, tokens_per_sequence
+from planner.policies.signals import Draws, busy_time, is_step, prices_gamma, tokens_per_sequence
 from planner.policies.switch_cost import SwitchCostModel
 from planner.policies.transitions import Transitions
 from shared.control import Telemetry
@@ -169,7 +169,7 @@ class NightjarPolicy(Policy):
         self.transitions.observe(t.worker_id, i, t.gamma, t.mean_context)
         self.last_batch[i] = t.batch_size
         bandit = self.bandits[i]
-        if t.gamma <= self.gamma_max:
+        if t.gamma <= self.gamma_max and prices_gamma(t):
             bandit.record(t.gamma, busy_time(t), tokens_per_sequence(t))
         if bandit.tick(t.gamma, t.draft_resident and not t.fallback):
             bandit.start_bin(self.draws, self.switch_terms(i), self.intervals(i))

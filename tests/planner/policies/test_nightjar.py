@@ -128,6 +128,19 @@ def test_reward_goes_to_the_gamma_that_ran() -> None:
     assert sum(sum(b.counts) for b in pol.bandits) == 1
 
 
+def test_a_step_that_prefilled_a_prompt_teaches_no_gamma() -> None:
+    """A prefill's cost is its arrival's, whatever γ ran: such a step does not enter the
+    arm's mean (one 489-token prefill among 13 plain steps made γ = 0 look slower than γ = 1
+    at 32 users), though it still counts towards the bin."""
+    pol = registry.create("nightjar", **PLAIN)
+    assert isinstance(pol, NightjarPolicy)
+    bandit = pol.bandits[pol.buckets.index(32)]
+    pol.observe(_step(32, 0, step_time=0.07, prefill_tokens=489))
+    assert sum(bandit.counts) == 0
+    pol.observe(_step(32, 0, step_time=0.015))
+    assert bandit.counts[0] == 1
+
+
 def test_catch_up_is_charged_to_c_switch_not_to_latency() -> None:
     pol = registry.create("nightjar", **PLAIN)
     assert isinstance(pol, NightjarPolicy)
