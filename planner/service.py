@@ -6,8 +6,9 @@ policy needs no locks): telemetry read through the planner's consumer group and 
 PolicyCommands swap the policy. A decision is published when it differs from the last one,
 or when the last one is getting old (so workers never see it go stale while the planner
 lives); every swap, and every failed swap, is recorded in a decision's note. The workers'
-newest startup cost profile (planner/profiles.py) is looked at every ``profile_check_s`` and
-handed to the policy (``use_profile``) when it is new, and to every policy swapped in.
+newest startup cost profile (planner/profiles.py) is looked at every ``profile_check_s``
+(every ``PROFILE_WAIT_S`` while there is none yet) and handed to the policy
+(``use_profile``) when it is new, and to every policy swapped in.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from shared.profile import CostProfile
 from shared.streams import ensure_group, entries
 
 log = logging.getLogger(__name__)
+PROFILE_WAIT_S = 0.25  # seconds between looks for a cost profile while the planner has none
 
 
 class PlannerService:
@@ -73,7 +75,7 @@ class PlannerService:
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(every, 1.0, self.write_status, "status")
-                tg.start_soon(every, self.settings.profile_check_s, self.read_profile, "cost profile")
+                tg.start_soon(keep_running, "cost profile", self._watch_profile)
                 tg.start_soon(keep_running, "telemetry", self._gather_telemetry)
                 tg.start_soon(keep_running, "control", self.read_control)
                 tg.start_soon(every, self.settings.decide_s, self.decide, "decide")
@@ -179,6 +181,14 @@ class PlannerService:
             await self.slot.save_state()
             self._saved_at = time.monotonic()
         return published
+
+    async def _watch_profile(self) -> None:
+        """One look at the profiles, after ``profile_check_s`` — or ``PROFILE_WAIT_S`` while
+        none is known: a worker publishes its profile as it starts taking jobs, and until the
+        policy has it, it decides without a prior (the first seconds of a run chose the prose
+        drafter by acceptance alone, before its cost was known)."""
+        await anyio.sleep(self.settings.profile_check_s if self.profile is not None else PROFILE_WAIT_S)
+        await self.read_profile()
 
     async def read_profile(self) -> CostProfile | None:
         """Hand the policy the workers' newest cost profile when it is a new one."""

@@ -87,3 +87,26 @@ async def test_planner_hands_each_new_profile_to_the_policy(r: aioredis.Redis) -
     nightjar = planner.slot.policy
     assert isinstance(nightjar, NightjarPolicy) and nightjar.prior.profile is not None
     assert nightjar.prior.profile.measured_at == 150.0
+
+
+async def test_until_it_has_a_profile_the_planner_looks_often(r: aioredis.Redis) -> None:
+    """A worker publishes its profile as it starts taking jobs; a planner that has none looks
+    every PROFILE_WAIT_S, not every profile_check_s, so the policy gets its prior at once."""
+    import anyio
+
+    from planner.service import PROFILE_WAIT_S
+
+    settings = PlannerSettings(policy="recording", profile_check_s=60.0)
+    planner = PlannerService(settings, redis=r, factory=factory)
+    await planner.start()
+    policy = planner.slot.policy
+    assert isinstance(policy, Recording) and policy.profiles == []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(planner._watch_profile)
+        await _worker(r, "w1", "m1")
+        await r.set(keys.cost_profile("m1"), _profile("m1", "w1", 100.0).dumps())
+        with anyio.fail_after(10 * PROFILE_WAIT_S + 2.0):
+            while not policy.profiles:
+                await anyio.sleep(0.02)
+        tg.cancel_scope.cancel()
+    assert [p.measured_at for p in policy.profiles] == [100.0]
