@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hf-requests", type=int, default=32, help="prompts for the static-batch baseline")
     p.add_argument("--hf-assisted", type=int, default=8, help="prompts for assisted generation (batch 1)")
     p.add_argument("--drafter", default=None, help="drafter model dir for assisted generation")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run the line-up this many times, every other round reversed; each phase is "
+                        "judged at its median round (benchmarks/load/rounds.py)")  # fmt: skip
     p.add_argument("--time-budget", type=float, default=None,
                    help="seconds: skip configurations (then the baseline) that would end later")  # fmt: skip
     regime.add_args(p)

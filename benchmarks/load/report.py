@@ -115,6 +115,7 @@ def render(result: BenchResult) -> str:
         for p in run.stats:
             lines.append(stats_row(run.config.name, p))
     lines += oracle_rows(result)
+    lines += _spread(result)
     for b in result.baseline:
         lines.append(baseline_row(b))
     notes = [f"- {b.name}: {b.note}" for b in result.baseline if b.note]
@@ -142,6 +143,26 @@ def render(result: BenchResult) -> str:
     if any(errors.values()):
         lines += ["", "Requests that failed: " + ", ".join(f"{k} {v}" for k, v in errors.items() if v)]
     return "\n".join(lines) + "\n"
+
+
+def _spread(result: BenchResult) -> list[str]:
+    """Each cell's tokens/s in every round, where the line-up ran more than once."""
+    runs = [r for r in result.runs if len(r.round_tok_s[0] if r.round_tok_s else []) > 1]
+    if not runs:
+        return []
+    labels = [p.label for p in runs[0].stats]
+    out = [
+        "",
+        "Rounds (`--rounds`; every other round in reverse order; the table above holds each cell's "
+        "median round): out tok/s of each round, in the order they ran",
+        "",
+        "| config | " + " | ".join(labels) + " |",
+        "|---|" + "---|" * len(labels),
+    ]
+    for r in runs:
+        cells = [" / ".join(f"{x:.0f}" for x in xs) for xs in r.round_tok_s]
+        out.append(f"| {r.config.name} | " + " | ".join(cells) + " |")
+    return out
 
 
 def write_markdown(result: BenchResult, path: Path) -> Path:

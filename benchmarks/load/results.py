@@ -45,6 +45,7 @@ class ConfigRun:
     timeline: Timeline
     warmup_errors: list[str] = field(default_factory=list)
     windows: list[Window] | None = None  # closed loop: where each phase really ran
+    round_tok_s: list[list[float]] = field(default_factory=list)  # per stats row: each round's tok/s
 
 
 @dataclass
@@ -77,6 +78,7 @@ def to_json(result: BenchResult) -> dict[str, Any]:
                 "wall_s": run.wall_s,
                 "warmup_errors": run.warmup_errors,
                 "phases": [dataclasses.asdict(p) for p in run.stats],
+                "round_tok_s": run.round_tok_s,
                 "timeline": dataclasses.asdict(run.timeline),
                 "telemetry_steps": len(run.telemetry),
                 "windows": [[w.label, w.start_s, w.end_s] for w in run.windows or []],

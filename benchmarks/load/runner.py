@@ -23,6 +23,7 @@ from benchmarks.load.phases import Phase, is_closed_loop, windows
 from benchmarks.load.plan import ClosedLoopPlan, Plan, PlannedRequest
 from benchmarks.load.report import write_markdown
 from benchmarks.load.results import BaselineRow, BenchResult, ConfigRun, write_json
+from benchmarks.load.rounds import median_run, order
 from benchmarks.load.timeline import build_timeline
 from benchmarks.load.trio import Trio, TrioOptions, running_trio
 from benchmarks.load.trio_procs import process_trio
@@ -116,27 +117,34 @@ def run_configs(
     warmups: list[PlannedRequest],
     s: RunSettings,
     deadline: float | None = None,
+    rounds: int = 1,
 ) -> tuple[list[ConfigRun], list[str]]:
-    """Run each configuration in turn; one that fails, or that would end past ``deadline``
-    (monotonic seconds, judged by the longest configuration so far), gets a note instead."""
-    runs: list[ConfigRun] = []
+    """Run each configuration in turn, ``rounds`` times (rounds.py: every other round in
+    reverse, each phase judged at its median round); one that fails, or that would end past
+    ``deadline`` (monotonic seconds, judged by the longest configuration so far), gets a
+    note instead (a configuration missing a round is judged on the rounds it ran)."""
+    done: dict[str, list[ConfigRun]] = {}
     notes: list[str] = []
     longest = 0.0
-    for cfg in configs:
-        if deadline is not None and time.monotonic() + longest > deadline:
-            notes.append(f"{cfg.name}: skipped, the time budget would run out")
-            log.warning("%s", notes[-1])
-            continue
-        log.info("running %s", cfg.spec())
-        started = time.monotonic()
-        try:
-            # A fresh event loop per configuration: nothing of one run can linger into the next.
-            runs.append(anyio.run(run_config, cfg, plan, warmups, s))
-        except Exception as exc:  # one broken configuration must not cost the others' results
-            log.exception("configuration %s failed", cfg.name)
-            notes.append(f"{cfg.name}: failed: {type(exc).__name__}: {exc}")
-        longest = max(longest, time.monotonic() - started)
-    return runs, notes
+    by_name = {cfg.name: cfg for cfg in configs}
+    for rnd in range(rounds):
+        for cfg in (by_name[n] for n in order(list(by_name), rnd)):
+            tag = f"{cfg.name}" + (f" (round {rnd + 1})" if rounds > 1 else "")
+            if deadline is not None and time.monotonic() + longest > deadline:
+                notes.append(f"{tag}: skipped, the time budget would run out")
+                log.warning("%s", notes[-1])
+                continue
+            log.info("running %s%s", cfg.spec(), f" (round {rnd + 1} of {rounds})" if rounds > 1 else "")
+            started = time.monotonic()
+            try:
+                # A fresh event loop per configuration: nothing of one run can linger into the next.
+                result = anyio.run(run_config, cfg, plan, warmups, s)
+                done.setdefault(cfg.name, []).append(result)
+            except Exception as exc:  # one broken configuration must not cost the others' results
+                log.exception("configuration %s failed", cfg.name)
+                notes.append(f"{tag}: failed: {type(exc).__name__}: {exc}")
+            longest = max(longest, time.monotonic() - started)
+    return [median_run(done[c.name]) for c in configs if c.name in done], notes
 
 
 def finish(

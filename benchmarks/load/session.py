@@ -114,7 +114,7 @@ def run(args: argparse.Namespace, out_dir: Path, command: str) -> tuple[BenchRes
     try:
         if pins.others:  # the load client (this process) keeps off the worker's core
             os.sched_setaffinity(0, {int(c) for c in pins.others.split(",")})
-        runs, late = run_configs(configs, plan, warmups, settings, deadline)
+        runs, late = run_configs(configs, plan, warmups, settings, deadline, args.rounds)
     finally:
         os.sched_setaffinity(0, own)
     skipped += late
