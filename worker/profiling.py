@@ -276,13 +276,17 @@ def profile_engine(
     done: dict[int, BatchCosts] = {}
     long: dict[int, BatchCosts] = {}
     try:
-        _rounds(run, batch_sizes(engine, settings, len(names)), settings.reps, done, "", t0)
+        sizes = batch_sizes(engine, settings, len(names))
+        first = min(settings.reps, LONG_REPS)
+        _rounds(run, sizes, first, done, "", t0)
         if settings.long_prompt_len > settings.prompt_len and done:
-            # The target again at a longer context (the first drafter only, for the rows).
+            # The target again at a longer context (the first drafter only, for the rows),
+            # before the last rounds of the short one: a slow model spends its budget on both.
             wide = replace(settings, prompt_len=settings.long_prompt_len)
             again = _Pass(engine, wide, run.deadline, names[:1])
-            sizes = [b for b in batch_sizes(engine, wide, len(names[:1])) if b in done]
-            _rounds(again, sizes, min(settings.reps, LONG_REPS), long, "long-", t0)
+            long_sizes = [b for b in batch_sizes(engine, wide, len(names[:1])) if b in done]
+            _rounds(again, long_sizes, first, long, "long-", t0)
+        _rounds(run, sizes, settings.reps - first, done, "", t0, start=first)
     finally:
         engine.apply_decision((restore() if restore else None) or _idle_decision())
     seconds = time.perf_counter() - t0
@@ -293,11 +297,11 @@ def profile_engine(
 
 
 def _rounds(
-    run: _Pass, sizes: list[int], reps: int, done: dict[int, BatchCosts], tag: str, t0: float
+    run: _Pass, sizes: list[int], reps: int, done: dict[int, BatchCosts], tag: str, t0: float, start: int = 0
 ) -> None:
-    """``reps`` rounds over the batch sizes into ``done`` (the fastest of each point kept),
-    until the budget runs out."""
-    for rnd, batch in ((r, b) for r in range(reps) for b in sizes):
+    """``reps`` rounds (numbered from ``start``) over the batch sizes into ``done`` (the
+    fastest of each point kept), until the budget runs out."""
+    for rnd, batch in ((r, b) for r in range(start, start + reps) for b in sizes):
         ids = [f"{PROFILE_ID}{tag}{rnd}-{batch}-{i}" for i in range(batch)]
         try:
             done[batch] = run.measure(batch, ids).fastest(done.get(batch))
