@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 
 PROFILE_ID = "nj-profile-"  # prefix of every synthetic request id
 LONG_REPS = 3  # rounds of the long-context pass (at most ``reps``)
+LONG_COST = 2.5  # a long-context round's time over a short one's: the long pass needs that much budget left
 PROFILE_POLICY = "profile"
 
 
@@ -279,7 +280,10 @@ def profile_engine(
         sizes = batch_sizes(engine, settings, len(names))
         first = min(settings.reps, LONG_REPS)
         _rounds(run, sizes, first, done, "", t0)
-        if settings.long_prompt_len > settings.prompt_len and done:
+        per_round = (time.perf_counter() - t0) / first
+        if settings.long_prompt_len > settings.prompt_len and done and (
+            time.perf_counter() + LONG_COST * per_round < run.deadline
+        ):
             # The target again at a longer context (the first drafter only, for the rows),
             # before the last rounds of the short one: a slow model spends its budget on both.
             wide = replace(settings, prompt_len=settings.long_prompt_len)
