@@ -252,6 +252,16 @@ def test_what_only_speculation_costs_is_learned_and_added_to_its_predictions() -
     assert restored.overhead.seconds(4) == prior.overhead.seconds(4)
 
 
+def _ngram_and_prose(row_cost: float, prose_s: float) -> CostProfile:
+    """A 5 ms plain step, each more row ``row_cost`` of it; a free n-gram and a prose drafter."""
+    batches, rows = [1, 4, 16], [1, 2, 3, 4, 5]
+    return CostProfile(
+        model="fake", batches=batches, rows=rows, source="test",
+        target_s=[[0.005 * (1 + row_cost * (q - 1)) for q in rows] for _ in batches],
+        drafter_s={"ngram": [0.00005] * 3, "prose": [prose_s] * 3},
+    )  # fmt: skip
+
+
 def test_the_drafter_choice_weighs_acceptance_against_the_profiled_cost() -> None:
     """n-gram accepted a third of the time but free beats a model drafter accepted twice as
     often at a fifth of a target step a draft (nj-target at 4 users: static n-gram γ = 4
@@ -262,12 +272,7 @@ def test_the_drafter_choice_weighs_acceptance_against_the_profiled_cost() -> Non
     assert drafter_speed(1.0, 4, 0.0) == 1.0 and drafter_speed(0.0, 4, 0.0) == pytest.approx(0.2)
     assert drafter_speed(0.54, 4, 0.2) < drafter_speed(0.33, 4, 0.0)
     assert drafter_speed(0.54, 4, 0.0) > drafter_speed(0.33, 4, 0.0)
-    batches, rows = [1, 4, 16], [1, 2, 3, 4, 5]
-    profile = CostProfile(
-        model="fake", batches=batches, rows=rows, source="test",
-        target_s=[[0.005 * (1 + 0.1 * (q - 1)) for q in rows] for _ in batches],
-        drafter_s={"ngram": [0.00005] * 3, "prose": [0.002] * 3},
-    )  # fmt: skip
+    profile = _ngram_and_prose(row_cost=0.1, prose_s=0.002)
 
     def run(with_profile: bool) -> Any:
         policy = registry.create("nightjar", offload=False)
@@ -311,12 +316,7 @@ def test_a_drafter_is_dominated_by_what_the_prior_predicts_not_by_its_per_token_
     never n-gram."""
     from shared.control import Lookahead
 
-    batches, rows = [1, 4, 16], [1, 2, 3, 4, 5]
-    profile = CostProfile(
-        model="fake", batches=batches, rows=rows, source="test",
-        target_s=[[0.005 * (1 + 0.25 * (q - 1)) for q in rows] for _ in batches],
-        drafter_s={"ngram": [0.00005] * 3, "prose": [0.001] * 3},
-    )  # fmt: skip
+    profile = _ngram_and_prose(row_cost=0.25, prose_s=0.001)
     policy = registry.create("nightjar", offload=False)
     policy.use_profile(profile)
     la = {"ngram": Lookahead(accepted=[3, 0, 0, 0, 2], proposed=[5, 0, 0, 0, 5])}
