@@ -33,7 +33,11 @@ step time over the bucket's arms with ``MIN_SAMPLES`` steps (serving adds time t
 steps of the profile do not see — gathering longer contexts, the step's bookkeeping — the same
 seconds a step whatever its γ: on nj-target at 4 users a served step took ~3 ms more than the
 profile's at every γ; a factor measured/predicted instead would stretch the profile's row
-costs by as much and push γ down). An arm
+costs by as much and push γ down) — where the profile measured two contexts. Where it
+measured one, what serving adds is mostly the longer context, which grows with the rows, and
+the predictions are scaled by the ratio measured/predicted instead (SmolLM2, whose budget has
+no room for the second context: with the offset it ran γ > 0 on 84 % of its steps at 4 chat
+users, where plain decoding is the best, and served 0.92 of it). An arm
 whose own data (mean ± Z standard errors) miss its scaled prediction — the profile got its
 shape wrong — or that the profile cannot predict keeps its data's interval (or stays unknown
 before ``MIN_SAMPLES`` steps), and is compared unpaired. An arm whose data agree combines
@@ -305,18 +309,22 @@ def arm_intervals(
     best = [prior.best(batch, g, drafter) for g in range(bandit.n_arms)]
     preds = [pred for _, pred in best]
     steps = [prior.step(batch, g, name) if pred is not None else None for g, (name, pred) in enumerate(best)]
-    num = den = 0.0
-    for a, step in enumerate(steps):
-        if step is not None and bandit.counts[a] >= MIN_SAMPLES:
-            num += bandit.seconds[a] - bandit.counts[a] * step
-            den += bandit.counts[a]
+    measured = [(a, x) for a, x in enumerate(steps) if x is not None and bandit.counts[a] >= MIN_SAMPLES]
+    spent = sum(bandit.seconds[a] for a, _ in measured)
+    predicted = sum(bandit.counts[a] * x for a, x in measured)
+    n = sum(bandit.counts[a] for a, _ in measured)
     known = [x for x in steps if x is not None]
-    offset = max(num / den, -0.9 * min(known)) if den > 0 and known else 0.0  # seconds a step
+    # With the profile's second context, what serving adds beyond it is per step: an offset in
+    # seconds. Without it, it is mostly the longer context, which grows with the rows: a factor.
+    additive = bool(prior.profile.long_target_s)
+    offset = max((spent - predicted) / n, -0.9 * min(known)) if n and known else 0.0
+    scale = spent / predicted if predicted > 0 else 1.0
     means, out = bandit.means, list[Interval | None]()
     for a, pred in enumerate(preds):
         n, m, half = bandit.counts[a], means[a], Z * bandit.stderr(a)
         step = steps[a]
-        guess = None if pred is None or step is None else pred.scaled((step + offset) / step)
+        factor = ((step + offset) / step if additive else scale) if step is not None else 1.0
+        guess = None if pred is None or step is None else pred.scaled(factor)
         if n >= MIN_SAMPLES and (guess is None or m + half < guess.lo or m - half > guess.hi):
             guess = Interval(m, m - half, m + half)  # no prediction, or the data contradict it
         elif n >= MIN_SAMPLES and guess is not None and m > 0:  # both hold: combined

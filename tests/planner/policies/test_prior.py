@@ -86,17 +86,24 @@ def test_arm_intervals_calibrate_by_measured_arms() -> None:
     bandit = BinGreedy(3)
     plain = prior.predict(1, 0)
     assert plain is not None
-    for _ in range(10):  # γ = 0 steps take half a profiled step more than profiled
+    for _ in range(10):  # γ = 0 runs 1.5 times slower than profiled
         bandit.record(0, 1.5 * plain.mean, 1.0)
     ivs = arm_intervals(prior, bandit, 1, "d")
     assert ivs is not None and ivs[0] is not None and ivs[0].mean == pytest.approx(1.5 * plain.mean)
+    predicted = prior.predict(1, 2, "d")
+    assert predicted is not None and ivs[2] is not None
+    # one context profiled: what serving adds (mostly its longer context) grows with the rows
+    want = (1.5 * predicted.mean, 1.5 * predicted.lo, 1.5 * predicted.hi)
+    assert (ivs[2].mean, ivs[2].lo, ivs[2].hi) == pytest.approx(want)
+    two = fake_profile()
+    prior.use(two.model_copy(update={"context": 30.0, "long_context": 140.0, "long_target_s": two.target_s}))
+    ivs = arm_intervals(prior, bandit, 1, "d")
     predicted, step = prior.predict(1, 2, "d"), prior.step(1, 2, "d")
-    assert predicted is not None and step is not None and ivs[2] is not None
-    k = (step + 0.5 * plain.mean) / step  # the same seconds added to γ = 2's step, not 1.5×
+    assert ivs is not None and ivs[2] is not None and predicted is not None and step is not None
+    k = (step + 0.5 * plain.mean) / step  # two contexts: the same seconds added to γ = 2's step
     assert 1.0 < k < 1.5
-    assert (ivs[2].mean, ivs[2].lo, ivs[2].hi) == pytest.approx(
-        (k * predicted.mean, k * predicted.lo, k * predicted.hi)
-    )
+    want = (k * predicted.mean, k * predicted.lo, k * predicted.hi)
+    assert (ivs[2].mean, ivs[2].lo, ivs[2].hi) == pytest.approx(want)
 
 
 def test_overlap_limits_exploration() -> None:

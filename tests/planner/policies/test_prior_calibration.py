@@ -12,8 +12,8 @@ from shared.profile import CostProfile
 
 
 def test_serving_overhead_is_added_to_every_arm_not_multiplied() -> None:
-    """Served steps take ~3 ms more than the profile's at every γ (longer contexts to gather,
-    the step's bookkeeping); the profile's extra rows cost what they cost. Calibrated by the
+    """With the context profiled, served steps take ~3 ms more than the profile's at every γ
+    (the step's bookkeeping); the profile's extra rows cost what they cost. Calibrated by the
     seconds measured − predicted, γ = 4 (the best, in truth) stays predicted best after γ = 2
     alone has been measured; stretched by the ratio, the rows would cost 1.5× as much and γ = 3
     would look better."""
@@ -21,6 +21,7 @@ def test_serving_overhead_is_added_to_every_arm_not_multiplied() -> None:
     profile = CostProfile(
         model="fake", batches=[1, 4, 16], rows=rows, source="test",
         target_s=[[0.0045 + 0.0008 * (q - 1) for q in rows]] * 3, drafter_s={"d": [0.00002] * 3},
+        context=30.0, long_context=140.0, long_target_s=[[0.0045 + 0.0008 * (q - 1) for q in rows]] * 3,
     )  # fmt: skip
     prior = ProfilePrior()
     prior.use(profile)
