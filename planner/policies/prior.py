@@ -255,8 +255,8 @@ class ProfilePrior:
         name = self.drafter(drafter)
         if p.drafter(name) is None or gamma + 1 > p.rows[-1]:
             return None
-        runs = self.runs.get(name or "")
-        if runs is not None and runs.weight >= MIN_RUNS and gamma <= runs.depth:
+        runs = self._runs(name, gamma)
+        if runs is not None:
             # Measured by lookahead: the verify rows of every γ, as they come.
             step = gamma * p.draft(batch, p.drafter(name)) + p.target(batch, runs.rows(gamma), ctx)
         else:
@@ -271,12 +271,17 @@ class ProfilePrior:
         if gamma == 0:
             return Interval(step, step, step, (step, step, step)).scaled(1.0, self.time_tol)
         name = self.drafter(drafter)
-        runs = self.runs.get(name or "")
-        if runs is not None and runs.weight >= MIN_RUNS and gamma <= runs.depth:
+        runs = self._runs(name, gamma)
+        if runs is not None:  # the tokens as the lookahead measured them
             return self._interval(tuple(step / e for e in runs.tokens(gamma, self.z)))
         beta = self.acceptance.get(name or "", Beta())
         a_lo, a_hi = beta.bounds(self.z)
         return self._interval(tuple(step / expected_tokens(a, gamma) for a in (a_hi, beta.mean, a_lo)))
+
+    def _runs(self, name: str | None, gamma: int) -> Runs | None:
+        """The model-free drafter's lookahead where it has judged enough positions at this γ."""
+        runs = self.runs.get(name or "")
+        return runs if runs is not None and runs.weight >= MIN_RUNS and gamma <= runs.depth else None
 
     def _interval(self, paired: tuple[float, ...]) -> Interval:
         """The loss at acceptance's (high, mean, low), widened by the profile's time tolerance."""
@@ -316,15 +321,15 @@ def arm_intervals(
     known = [x for x in steps if x is not None]
     # With the profile's second context, what serving adds beyond it is per step: an offset in
     # seconds. Without it, it is mostly the longer context, which grows with the rows: a factor.
-    additive = bool(prior.profile.long_target_s)
-    offset = max((spent - predicted) / n, -0.9 * min(known)) if n and known else 0.0
-    scale = spent / predicted if predicted > 0 else 1.0
+    if prior.profile.long_target_s:
+        offset = max((spent - predicted) / n, -0.9 * min(known)) if n and known else 0.0
+        factors = [(x + offset) / x if x is not None else 1.0 for x in steps]
+    else:
+        factors = [spent / predicted if predicted > 0 else 1.0] * len(steps)
     means, out = bandit.means, list[Interval | None]()
     for a, pred in enumerate(preds):
         n, m, half = bandit.counts[a], means[a], Z * bandit.stderr(a)
-        step = steps[a]
-        factor = ((step + offset) / step if additive else scale) if step is not None else 1.0
-        guess = None if pred is None or step is None else pred.scaled(factor)
+        guess = None if pred is None or steps[a] is None else pred.scaled(factors[a])
         if n >= MIN_SAMPLES and (guess is None or m + half < guess.lo or m - half > guess.hi):
             guess = Interval(m, m - half, m + half)  # no prediction, or the data contradict it
         elif n >= MIN_SAMPLES and guess is not None and m > 0:  # both hold: combined
