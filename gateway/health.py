@@ -36,7 +36,7 @@ async def live() -> dict[str, str]:
 async def health(request: Request) -> dict[str, Any]:
     store = _store(request)
     try:
-        workers = await store.workers(store.settings.worker_timeout_s)
+        workers = await store.registry.workers()
         queued = await store.queue_load()
     except (RedisError, OSError):
         return {"status": "ok", "store": "unavailable"}
@@ -47,9 +47,9 @@ async def health(request: Request) -> dict[str, Any]:
 async def ready(request: Request) -> Any:
     store = _store(request)
     try:
-        workers = await store.workers(store.settings.worker_timeout_s)
+        workers = await store.registry.workers()
         queued = await store.queue_load()
-        decision = await store.latest_decision()
+        decision = await store.registry.latest_decision()
     except (RedisError, OSError) as exc:
         return _not_ready({"reason": f"the job store (Redis) is unavailable: {type(exc).__name__}"})
     serving = [w for w in workers if not w.draining]

@@ -243,7 +243,7 @@ class MeteredStore(JobStore):
 
     async def _model_of(self, worker: str) -> str:
         try:
-            served = {w.worker_id: w.model for w in await self.serving_workers()}
+            served = {w.worker_id: w.model for w in await self.registry.serving()}
         except (RedisError, OSError):
             served = {}
         return served.get(worker, "")

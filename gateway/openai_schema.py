@@ -14,7 +14,6 @@ gateway/tools.py.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from typing import Any
@@ -22,20 +21,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway import constraints
+from gateway.chat_messages import chat_message
 from gateway.errors import APIError, from_validation
-from gateway.responses import ResponseBuilder
 from gateway.tools import ToolChoice, ToolOutput, check_tools
 from shared.errors import ErrorCode
 from shared.schemas import INT32_MAX, MAX_LOGPROBS, MAX_TOKEN_ID, ChatMessage, SamplingParams, valid_text
 from shared.structured import StructuredOutput, Tool
 
-__all__ = [
-    "ChatRequest",
-    "CompletionRequest",
-    "ResponseBuilder",
-    "chat_message",
-    "check_processors",
-]
+__all__ = ["ChatRequest", "CompletionRequest", "check_processors"]
 
 log = logging.getLogger("nightjar.gateway")
 MAX_N = 128  # choices per request (n × prompts), each one job
@@ -358,44 +351,3 @@ def check_processors(params: SamplingParams) -> None:
             raise APIError.of(
                 ErrorCode.BAD_REQUEST, f"{name} is not supported by this server yet", param=name
             )
-
-
-def chat_message(m: dict[str, Any]) -> ChatMessage:
-    """An OpenAI message (string content or text parts; an assistant's ``tool_calls``, a
-    tool's ``tool_call_id``) as a ChatMessage."""
-    role = "system" if m.get("role") == "developer" else m.get("role")
-    content = m.get("content")
-    if isinstance(content, list):
-        if not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
-            raise ValueError("only text content parts are supported")
-        content = "".join(str(p.get("text", "")) for p in content)
-    calls = m.get("tool_calls") if role == "assistant" else None
-    if content is None and calls:
-        content = ""
-    if role not in ("system", "user", "assistant", "tool") or not isinstance(content, str):
-        raise ValueError("each message needs a role (system, user, assistant, tool) and text content")
-    fields: dict[str, Any] = {"role": role, "content": content}
-    if calls:
-        if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
-            raise ValueError("tool_calls must be a list of tool calls")
-        fields["tool_calls"] = [_tool_call(c) for c in calls]
-    if role == "tool":
-        if not isinstance(m.get("tool_call_id"), str):
-            raise ValueError("a tool message needs the tool_call_id it answers")
-        fields["tool_call_id"] = m["tool_call_id"]
-    if isinstance(m.get("name"), str):
-        fields["name"] = m["name"]
-    return ChatMessage.model_validate(fields)
-
-
-def _tool_call(c: dict[str, Any]) -> dict[str, Any]:
-    fn: dict[str, Any] = c["function"] if isinstance(c.get("function"), dict) else {}
-    args = fn.get("arguments", "{}")
-    return {
-        "id": c.get("id") or "",
-        "type": "function",
-        "function": {
-            "name": fn.get("name"),
-            "arguments": args if isinstance(args, str) else json.dumps(args),
-        },
-    }

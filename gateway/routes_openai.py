@@ -97,7 +97,7 @@ def _model_card(name: str, workers: list[WorkerInfo]) -> dict[str, Any]:
 
 async def _served(request: Request) -> dict[str, list[WorkerInfo]]:
     by_model: dict[str, list[WorkerInfo]] = {}
-    for w in await _store(request).workers(_settings(request).worker_timeout_s):
+    for w in await _store(request).registry.workers():
         by_model.setdefault(w.model, []).append(w)
     return by_model
 

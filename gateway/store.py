@@ -1,4 +1,5 @@
-"""The gateway's view of Redis: enqueue jobs, read their state and events, cancel them.
+"""The gateway's view of Redis: enqueue jobs, read their state and events, cancel them
+(who serves them: ``registry``, gateway/registry.py).
 
 Every job carries its owner (a digest of the API key that made it); a job of another owner
 is, to a caller, exactly an unknown job (404 job_not_found). Ids that are not well formed
@@ -24,15 +25,14 @@ from gateway.admission import METADATA, MODEL, OWNER, Admission, Admitted, parse
 from gateway.errors import APIError
 from gateway.hub import EventHub, Subscription
 from gateway.ids import job_not_found, valid_job_id
+from gateway.registry import WorkerRegistry
 from gateway.settings import GatewaySettings
 from shared import codec, jobs, keys
-from shared.control import Decision, WorkerInfo
 from shared.errors import ErrorCode
 from shared.schemas import CancelRequest, ErrorEvent, FinishEvent, JobRequest, Message
 from shared.streams import group_load, id_str
 
 CANCEL_MAXLEN = 10_000  # cancellations are only read live; a short history suffices
-WORKERS_CACHE_S = 1.0  # how long a read of the worker registry answers admission checks
 MODEL_CACHE = 100_000  # job id -> model entries remembered (a job never changes model)
 _ENTRY_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
 
@@ -66,13 +66,16 @@ class JobStore:
         self.max_queue = settings.max_queue
         self._admission = Admission(r)
         self.hub = EventHub(r)
-        self._workers: tuple[float, list[WorkerInfo]] = (0.0, [])
+        self.registry = WorkerRegistry(r, settings.worker_timeout_s)
         self._models: OrderedDict[str, str] = OrderedDict()
 
     async def queue_load(self, model: str | None = None) -> int:
         """Jobs on a model's stream (every live model's when None) not yet acknowledged:
         running plus waiting for a worker."""
-        models = [model] if model is not None else sorted({w.model for w in await self.workers(60.0)})
+        if model is not None:
+            models = [model]
+        else:
+            models = sorted({w.model for w in await self.registry.workers(60.0)})
         total = 0
         for m in models:
             pending, lag = await group_load(self.r, keys.jobs_stream(m), keys.JOBS_GROUP)
@@ -331,29 +334,6 @@ class JobStore:
             )
             await pipe.execute()
 
-    async def workers(self, timeout_s: float) -> list[WorkerInfo]:
-        """Workers that sent a heartbeat within ``timeout_s``."""
-        now = time.time()
-        alive = []
-        for raw in (await self.r.hgetall(keys.WORKERS)).values():
-            try:
-                info = codec.decode_as(_raw(raw), WorkerInfo)
-            except codec.CodecError:
-                continue
-            if info.is_alive(now, timeout_s):
-                alive.append(info)
-        return alive
-
-    async def serving_workers(self) -> list[WorkerInfo]:
-        """Live workers that take new jobs (not draining); a non-empty answer is cached for
-        WORKERS_CACHE_S (an empty one is not: the first worker to register is seen at once)."""
-        at, cached = self._workers
-        now = time.monotonic()
-        if now - at > WORKERS_CACHE_S or not cached:
-            cached = [w for w in await self.workers(self.settings.worker_timeout_s) if not w.draining]
-            self._workers = (now, cached)
-        return cached
-
     async def result(self, job_id: str) -> FinishEvent | ErrorEvent | None:
         """The final event stored in the job record, if any."""
         model = await self.model_of(job_id)
@@ -367,15 +347,6 @@ class JobStore:
         except codec.CodecError:
             return None
         return msg if isinstance(msg, FinishEvent | ErrorEvent) else None
-
-    async def latest_decision(self) -> Decision | None:
-        raw = await self.r.get(keys.DECISION_LATEST)
-        if raw is None:
-            return None
-        try:
-            return codec.decode_as(_raw(raw), Decision)
-        except codec.CodecError:
-            return None
 
 
 def _raw(v: bytes | str) -> bytes:

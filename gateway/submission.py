@@ -51,7 +51,7 @@ async def capacity(store: JobStore, job_id: str | None, requested: str | None = 
     job back whatever the workers do; or ``require_worker`` is off: the job waits for the
     model's first worker).
     """
-    serving = await store.serving_workers()
+    serving = await store.registry.serving()
     lens: dict[str, list[int]] = {}
     for w in serving:
         lens.setdefault(w.model, []).append(w.max_model_len)
@@ -66,7 +66,7 @@ async def capacity(store: JobStore, job_id: str | None, requested: str | None = 
     if name in lens:  # the common case: no second read of the heartbeats
         known = [n for n in lens[name] if n > 0]
         return Capacity(name, min(known) if known else 0)
-    live = {w.model for w in await store.workers(store.settings.worker_timeout_s)}
+    live = {w.model for w in await store.registry.workers()}
     if not name:
         choices = sorted(lens) or sorted(live)
         if len(choices) > 1:

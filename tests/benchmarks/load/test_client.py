@@ -11,7 +11,7 @@ from benchmarks.load.client import ClientOptions, RequestRecord, request_body, s
 from benchmarks.load.plan import PlannedRequest
 from benchmarks.load.workloads import WorkloadItem
 from gateway import sse
-from gateway.openai_schema import ResponseBuilder
+from gateway.responses import ResponseBuilder
 from shared.schemas import FinishEvent
 
 REQ = PlannedRequest(0, 0.0, 0, WorkloadItem("q", "c", "Hello"), max_tokens=3, seed=11)
