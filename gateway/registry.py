@@ -16,7 +16,8 @@ from shared.control import Decision, WorkerInfo
 WORKERS_CACHE_S = 1.0  # how long a read of the worker registry answers admission checks
 
 
-def _raw(v: bytes | str) -> bytes:
+def raw_bytes(v: bytes | str) -> bytes:
+    """A Redis reply as bytes (a client with decode_responses gives str)."""
     return v if isinstance(v, bytes) else v.encode()
 
 
@@ -33,7 +34,7 @@ class WorkerRegistry:
         alive = []
         for raw in (await self.r.hgetall(keys.WORKERS)).values():
             try:
-                info = codec.decode_as(_raw(raw), WorkerInfo)
+                info = codec.decode_as(raw_bytes(raw), WorkerInfo)
             except codec.CodecError:
                 continue
             if info.is_alive(now, timeout_s):
@@ -55,6 +56,6 @@ class WorkerRegistry:
         if raw is None:
             return None
         try:
-            return codec.decode_as(_raw(raw), Decision)
+            return codec.decode_as(raw_bytes(raw), Decision)
         except codec.CodecError:
             return None

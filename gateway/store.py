@@ -25,7 +25,7 @@ from gateway.admission import METADATA, MODEL, OWNER, Admission, Admitted, parse
 from gateway.errors import APIError
 from gateway.hub import EventHub, Subscription
 from gateway.ids import job_not_found, valid_job_id
-from gateway.registry import WorkerRegistry
+from gateway.registry import WorkerRegistry, raw_bytes
 from gateway.settings import GatewaySettings
 from shared import codec, jobs, keys
 from shared.errors import ErrorCode
@@ -230,7 +230,7 @@ class JobStore:
         }
         if jobs.RESULT in fields:
             try:
-                final = codec.decode(_raw(fields[jobs.RESULT]))
+                final = codec.decode(raw_bytes(fields[jobs.RESULT]))
             except codec.CodecError:
                 return out
             out["error" if isinstance(final, ErrorEvent) else "result"] = final.model_dump(mode="json")
@@ -343,14 +343,10 @@ class JobStore:
         if raw is None:
             return None
         try:
-            msg = codec.decode(_raw(raw))
+            msg = codec.decode(raw_bytes(raw))
         except codec.CodecError:
             return None
         return msg if isinstance(msg, FinishEvent | ErrorEvent) else None
-
-
-def _raw(v: bytes | str) -> bytes:
-    return v if isinstance(v, bytes) else v.encode()
 
 
 def _text(v: Any) -> str | None:
