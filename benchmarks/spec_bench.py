@@ -35,7 +35,9 @@ from typing import Any
 import torch
 from transformers import AutoTokenizer
 
-from benchmarks.load.workloads import load_workload
+from benchmarks.load.contents import RAW, SOURCES, ContentLibrary
+from benchmarks.load.regime import DEFAULT_DATA
+from benchmarks.load.workloads import WorkloadItem, load_workload
 from shared.control import ALL_BATCHES, Decision, MemoryEvent
 from shared.schemas import SamplingParams
 from worker.engine.api import EngineRequest, StepStats
@@ -43,6 +45,7 @@ from worker.engine.engine import LLMEngine
 from worker.engine.loader import load_engine
 
 _versions = itertools.count(1)
+DATA_DIR = str(DEFAULT_DATA)
 HEAD = (
     "| target | drafter | batch | γ | scoring | tokens / verify | acceptance | tok/s | speedup | "
     "decode speedup | draft % | counterfactual % | catch-up ms | exact |\n"
@@ -112,14 +115,27 @@ def _mean_rates(stats: list[StepStats]) -> dict[str, float]:
     return {name: statistics.fmean(v) for name, v in seen.items()}
 
 
-def prompts_for(model: Path, workloads: list[str], count: int, max_prompt: int, seed: int) -> list[list[int]]:
-    """Seeded sample of workload prompts, chat-templated when the tokenizer has a template."""
+def workload_items(workloads: list[str], data_dir: str, seed: int) -> list[WorkloadItem]:
+    """A workload file's prompts, or a named content source's (``chat``, ``code``, a Spec-Bench
+    category: benchmarks/load/contents.py) when no such file exists."""
+    library = ContentLibrary(data_dir, seed)
+    items: list[WorkloadItem] = []
+    for w in workloads:
+        items += load_workload(w).items if Path(w).exists() or w not in SOURCES else library.get(w)
+    return items
+
+
+def prompts_for(
+    model: Path, workloads: list[str], count: int, max_prompt: int, seed: int, data_dir: str = DATA_DIR
+) -> list[list[int]]:
+    """Seeded sample of workload prompts, chat-templated when the tokenizer has a template
+    (raw text sources, such as ``code``, go in as they are, as the completions route sends them)."""
     tok = AutoTokenizer.from_pretrained(str(model))
-    items = [it for w in workloads for it in load_workload(w).items]
+    items = workload_items(workloads, data_dir, seed)
     random.Random(seed).shuffle(items)
     out: list[list[int]] = []
     for it in items:
-        if tok.chat_template:
+        if tok.chat_template and it.endpoint != RAW:
             text = tok.apply_chat_template(
                 [{"role": "user", "content": it.prompt}], add_generation_prompt=True, tokenize=False
             )
@@ -175,7 +191,9 @@ def bench_pair(
     )
     names = engine.drafter_names
     params = SamplingParams(max_tokens=args.max_tokens, ignore_eos=True)
-    all_prompts = prompts_for(target, args.workload, max(args.batches), args.max_prompt_tokens, args.seed)
+    all_prompts = prompts_for(
+        target, args.workload, max(args.batches), args.max_prompt_tokens, args.seed, args.data
+    )
     rows = []
     for batch in args.batches:
         prompts = all_prompts[: max(batch, args.batch1_prompts if batch == 1 else batch)]
@@ -236,7 +254,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--pair", action="append", required=True, metavar="TARGET=DRAFTER[,DRAFTER]", help="repeatable"
     )
-    p.add_argument("--workload", action="append", required=True, help="workload file (repeatable)")
+    p.add_argument(
+        "--workload",
+        action="append",
+        required=True,
+        help="workload file, or a content name (chat, code, alpaca, a Spec-Bench category); repeatable",
+    )
+    p.add_argument("--data", default=DATA_DIR, help="the shared data directory (for content names)")
     p.add_argument("--gammas", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4])
     p.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")], default=[1, 32])
     p.add_argument("--batch1-prompts", type=int, default=4, help="prompts run one at a time at batch 1")

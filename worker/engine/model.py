@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from kernels.cpu_linear import linear, max_rows
 from kernels.kv_ops import write_kv
 from worker.engine.attention import AttentionGroup, group_attention
 from worker.engine.model_config import ModelConfig
@@ -142,7 +143,7 @@ class DecoderModel:
         attn_out = torch.empty(t, h, d, device=self.device, dtype=self.dtype)
         for i, layer in enumerate(self.layers):
             x = rms_norm(hidden, layer.input_norm, eps)
-            qkv = F.linear(x, layer.qkv, layer.qkv_bias)
+            qkv = linear(x, layer.qkv, layer.qkv_bias)
             qk = qkv[:, : (h + kvh) * d].view(t, h + kvh, d)
             v = qkv[:, (h + kvh) * d :].view(t, kvh, d)
             if layer.qk_norm is not None:
@@ -153,10 +154,10 @@ class DecoderModel:
             for g in groups:
                 rows = slice(g.row_start, g.row_start + g.num_rows)
                 attn_out[rows] = group_attention(q[rows], kv[i], g, self.scale)
-            hidden = hidden + F.linear(attn_out.view(t, h * d), layer.o, layer.o_bias)
+            hidden = hidden + linear(attn_out.view(t, h * d), layer.o, layer.o_bias)
             x = rms_norm(hidden, layer.post_norm, eps)
-            gate, up = F.linear(x, layer.gate_up, layer.gate_up_bias).chunk(2, dim=-1)
-            hidden = hidden + F.linear(F.silu(gate) * up, layer.down, layer.down_bias)
+            gate, up = linear(x, layer.gate_up, layer.gate_up_bias).chunk(2, dim=-1)
+            hidden = hidden + linear(F.silu(gate) * up, layer.down, layer.down_bias)
         return hidden
 
     def features(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -170,8 +171,8 @@ class DecoderModel:
         if logits_rows is not None:
             hidden = hidden.index_select(0, logits_rows)
         n = hidden.shape[0]
-        if 1 < n < MIN_GEMM_ROWS and not hidden.is_cuda:
-            # On a CPU a 2- or 3-row product with the (wide) output layer takes the slow path
-            # of the matrix library, slower than 4 rows (shared/NOTES.md): pad, then drop.
+        if 1 < n < MIN_GEMM_ROWS and not hidden.is_cuda and n > max_rows():
+            # Without the skinny kernel a 2- or 3-row product with the (wide) output layer
+            # takes the slow path of the matrix library, slower than 4 rows: pad, then drop.
             hidden = torch.cat([hidden, hidden[-1:].expand(MIN_GEMM_ROWS - n, -1)])
-        return F.linear(rms_norm(hidden, self.norm, eps), self.lm_head)[:n]
+        return linear(rms_norm(hidden, self.norm, eps), self.lm_head)[:n]

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from kernels.cpu_linear import linear
 from worker.engine.attention import AttentionGroup
 from worker.engine.kv_cache import KVCache
 from worker.engine.model import DecoderModel
@@ -82,11 +83,11 @@ class FeatureModel(DecoderModel):
         logits_rows: torch.Tensor | None,
     ) -> torch.Tensor:
         x_in = torch.cat([self._feats[input_ids], F.embedding(self._tokens[input_ids], self.token_embed)], -1)
-        hidden = self.run_layers(F.linear(x_in.to(self.dtype), self.fc), positions, slots, kv, groups)
+        hidden = self.run_layers(linear(x_in.to(self.dtype), self.fc), positions, slots, kv, groups)
         if logits_rows is not None:
             hidden = hidden.index_select(0, logits_rows)
         out = self.features(hidden)
-        return torch.cat([F.linear(out, self.lm_head), out], dim=-1)
+        return torch.cat([linear(out, self.lm_head), out], dim=-1)
 
 
 class FeatureRunner(ModelRunner):

@@ -1,0 +1,166 @@
+"""``linear(x, w, bias)`` for the engine's fp32 CPU path: few rows go to a skinny-GEMM kernel.
+
+On this project's CPUs the BLAS behind ``F.linear`` is slow for 2-16 rows: a 5-row product of
+SmolLM2's weights costs 1.5-2x a 1-row one, although both are bound by reading the weights
+once (benchmarks/skinny_bench.py). That is exactly a speculative verification at low load (γ+1
+rows a sequence), so it decided whether speculation pays there. ``skinny_linear.c`` reads each
+block of weight rows once and multiplies it by every input row from cache; it is compiled here
+on first use (``cc -O3 -march=native``, cached by source and machine) and called through
+ctypes. Where it cannot be built (no compiler, no AVX2/FMA) or does not apply (CUDA, not fp32,
+more rows than ``max_rows()``), ``F.linear`` runs: the torch path is the reference.
+
+The kernel is batch-invariant: a row's output does not depend on the other rows, so a
+verification's logits for a position equal, bit for bit, the ones a plain decode step computes
+there (both go through it at batch 1). Its rounding differs from the BLAS's (summation order),
+like any two BLAS builds.
+
+``NIGHTJAR_SKINNY``: ``auto`` (default: on where it builds), ``off``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("skinny_linear.c")
+FLAGS = ["-O3", "-march=native", "-shared", "-fPIC"]
+# Up to this many rows the kernel beats the BLAS here (one torch thread: 24; with more threads
+# the BLAS splits larger products across cores: 16). Measured by benchmarks/skinny_bench.py.
+MAX_ROWS_ONE_THREAD = 24
+MAX_ROWS_THREADS = 16
+
+_lib: ctypes.CDLL | None = None
+_tried = False
+_enabled = os.environ.get("NIGHTJAR_SKINNY", "auto") != "off"
+
+
+def _machine_key() -> str:
+    """What ``-march=native`` depends on: the compiler's target and this CPU's flags."""
+    flags = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("flags"):
+                flags = line
+                break
+    except OSError:
+        pass
+    return platform.machine() + flags
+
+
+def _cache_dir() -> Path:
+    home_cache = os.path.join(os.path.expanduser("~"), ".cache", "nightjar")
+    return Path(os.environ.get("NIGHTJAR_KERNEL_CACHE") or home_cache) / "kernels"
+
+
+def build(cache_dir: Path | None = None) -> Path:
+    """Compile the kernel (once per source, flags and machine) and return the shared object's
+    path. Raises ``RuntimeError`` when it cannot be built here."""
+    source = SOURCE.read_bytes()
+    key = hashlib.sha256(source + " ".join(FLAGS).encode() + _machine_key().encode()).hexdigest()[:16]
+    out_dir = cache_dir or _cache_dir()
+    out = out_dir / f"skinny_linear-{key}.so"
+    if out.exists():
+        return out
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cc = os.environ.get("CC", "cc")
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
+    os.close(fd)
+    try:
+        done = subprocess.run(
+            [cc, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True, timeout=120
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"{cc} failed: {done.stderr.strip()[:500]}")
+        os.replace(tmp, out)  # atomic: processes building at once each write their own file
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise RuntimeError(f"cannot build {SOURCE.name}: {exc}") from exc
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+def _load() -> ctypes.CDLL | None:
+    global _lib, _tried
+    if _tried:
+        return _lib
+    _tried = True
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return None
+    try:
+        lib = ctypes.CDLL(str(build()))
+    except (RuntimeError, OSError) as exc:
+        log.warning("skinny linear kernel unavailable, using torch's: %s", exc)
+        return None
+    fn = lib.skinny_linear
+    fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 3
+    fn.restype = None
+    _lib = lib
+    return lib
+
+
+def available() -> bool:
+    return _load() is not None
+
+
+def set_enabled(flag: bool) -> None:
+    """Turn the kernel's use by ``linear`` on or off (benchmarks compare both in one run)."""
+    global _enabled
+    _enabled = flag
+
+
+def max_rows() -> int:
+    """Products of at most this many rows take the kernel (0: none do)."""
+    if not _enabled or not available():
+        return 0
+    return MAX_ROWS_ONE_THREAD if torch.get_num_threads() == 1 else MAX_ROWS_THREADS
+
+
+def skinny_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """The kernel itself (no size rule): ``x [M, K]`` fp32 CPU, ``w [N, K]``, ``bias [N]``."""
+    lib = _load()
+    if lib is None:
+        raise RuntimeError("the skinny linear kernel is not available here")
+    x, w = x.contiguous(), w.contiguous()
+    if bias is not None:
+        bias = bias.contiguous()
+    m, k = x.shape
+    n = w.shape[0]
+    if w.shape[1] != k or x.dtype != torch.float32 or w.dtype != torch.float32:
+        raise ValueError(f"skinny_linear: x {tuple(x.shape)} {x.dtype}, w {tuple(w.shape)} {w.dtype}")
+    y = torch.empty(m, n, dtype=torch.float32)
+    lib.skinny_linear(
+        x.data_ptr(), w.data_ptr(), None if bias is None else bias.data_ptr(), y.data_ptr(), m, n, k
+    )
+    return y
+
+
+def applies(x: torch.Tensor, w: torch.Tensor) -> bool:
+    """Whether ``linear`` takes the kernel for these operands."""
+    return (
+        x.dim() == 2
+        and 0 < x.shape[0] <= max_rows()
+        and x.dtype == torch.float32
+        and w.dtype == torch.float32
+        and x.device.type == "cpu"
+        and w.device.type == "cpu"
+        and w.is_contiguous()
+    )
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(x, w, bias)``; few fp32 CPU rows through the skinny kernel."""
+    if applies(x, w) and (bias is None or (bias.dtype == torch.float32 and bias.device.type == "cpu")):
+        return skinny_linear(x, w, bias)
+    return F.linear(x, w, bias)

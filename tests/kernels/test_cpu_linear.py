@@ -1,0 +1,65 @@
+"""The skinny CPU linear kernel: the torch product to rounding, batch-invariant, and the
+dispatch rule (few fp32 CPU rows take it, everything else takes F.linear)."""
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kernels import cpu_linear
+
+pytestmark = pytest.mark.skipif(not cpu_linear.available(), reason="needs cc with AVX2/FMA (x86-64)")
+
+
+@pytest.mark.parametrize("k", [576, 577, 5, 16, 1536])
+@pytest.mark.parametrize("n", [1, 3, 4, 13])
+def test_it_computes_the_product_and_bias_to_rounding(k: int, n: int) -> None:
+    g = torch.Generator().manual_seed(k * 31 + n)
+    x, w, b = torch.randn(9, k, generator=g), torch.randn(n, k, generator=g), torch.randn(n, generator=g)
+    exact = F.linear(x.double(), w.double(), b.double())
+    got = cpu_linear.skinny_linear(x, w, b)
+    assert got.dtype == torch.float32 and got.shape == (9, n)
+    torch.testing.assert_close(got.double(), exact, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(cpu_linear.skinny_linear(x, w), F.linear(x, w), rtol=1e-5, atol=1e-4)
+
+
+def test_a_rows_result_does_not_depend_on_the_other_rows() -> None:
+    """What makes a verification's logits equal a decode step's, bit for bit."""
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(11, 300, generator=g), torch.randn(37, 300, generator=g)
+    whole = cpu_linear.skinny_linear(x, w)
+    for i in range(11):
+        assert torch.equal(cpu_linear.skinny_linear(x[i : i + 1], w)[0], whole[i])
+    assert torch.equal(cpu_linear.skinny_linear(x[3:8], w), whole[3:8])
+    assert torch.equal(cpu_linear.skinny_linear(torch.cat([x[5:6], x[:2]]), w)[0], whole[5])
+
+
+def test_non_contiguous_inputs_are_taken_as_their_values() -> None:
+    x = torch.randn(6, 40)[:, ::2]
+    w = torch.randn(8, 20)
+    torch.testing.assert_close(cpu_linear.skinny_linear(x, w), F.linear(x, w), rtol=1e-5, atol=1e-5)
+
+
+def test_dispatch_few_fp32_cpu_rows_take_the_kernel_others_take_torch() -> None:
+    w = torch.randn(8, 16)
+    rows = cpu_linear.max_rows()
+    assert rows >= 16
+    assert cpu_linear.applies(torch.randn(rows, 16), w)
+    assert not cpu_linear.applies(torch.randn(rows + 1, 16), w)
+    assert not cpu_linear.applies(torch.randn(2, 16, dtype=torch.float64), w.double())
+    assert not cpu_linear.applies(torch.randn(2, 16), w.t().contiguous().t())
+    x = torch.randn(rows + 1, 16)
+    assert torch.equal(cpu_linear.linear(x, w), F.linear(x, w))
+
+
+def test_shape_or_dtype_mismatch_is_refused() -> None:
+    with pytest.raises(ValueError):
+        cpu_linear.skinny_linear(torch.randn(2, 5), torch.randn(3, 6))
+
+
+def test_the_build_is_cached_by_source_and_machine(tmp_path: Path) -> None:
+    first = cpu_linear.build(tmp_path)
+    stamp = first.stat().st_mtime_ns
+    assert cpu_linear.build(tmp_path) == first and first.stat().st_mtime_ns == stamp
+    assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no temporary file left behind
