@@ -48,7 +48,7 @@ static inline vec vload_tail(const float* p, int n) {
 #endif
 
 #define NB 4 /* weight rows per block */
-#define MB 4 /* input rows per pass over a block (MB * NB accumulators in registers) */
+#define MB 6 /* input rows per pass over a block (MB * NB accumulators in registers) */
 #define PF 8 /* prefetch the weight rows this many rows ahead, on the first pass */
 
 static inline __attribute__((always_inline)) void block(
@@ -97,6 +97,8 @@ void skinny_linear(const float* x, const float* w, const float* bias, float* y, 
             }
             /* constant sizes, so the accumulators stay in registers */
             switch (mn) {
+                case 6: block(x, w, bias, y, m0, 6, n0, NB, N, K); break;
+                case 5: block(x, w, bias, y, m0, 5, n0, NB, N, K); break;
                 case 4: block(x, w, bias, y, m0, 4, n0, NB, N, K); break;
                 case 3: block(x, w, bias, y, m0, 3, n0, NB, N, K); break;
                 case 2: block(x, w, bias, y, m0, 2, n0, NB, N, K); break;
