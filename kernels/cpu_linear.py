@@ -9,10 +9,10 @@ on first use (``cc -O3 -march=native``, cached by source and machine) and called
 ctypes. Where it cannot be built (no compiler, no AVX2/FMA) or does not apply (CUDA, not fp32,
 more rows than ``max_rows()``), ``F.linear`` runs: the torch path is the reference.
 
-The kernel is batch-invariant: a row's output does not depend on the other rows, so a
-verification's logits for a position equal, bit for bit, the ones a plain decode step computes
-there (both go through it at batch 1). Its rounding differs from the BLAS's (summation order),
-like any two BLAS builds.
+The kernel is batch-invariant: a row's output does not depend on the other rows or their
+number (the BLAS's does, by its M-dependent paths). The forward as a whole is not (attention
+over 1 or γ+1 query rows rounds differently), so exactness still rests on the verifier's rule,
+as before. Its rounding differs from the BLAS's (summation order), like any two BLAS builds.
 
 ``NIGHTJAR_SKINNY``: ``auto`` (default: on where it builds), ``off``.
 """
