@@ -4,6 +4,11 @@ FROM python:3.11-slim
 WORKDIR /app
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 
+# A C compiler: on a CPU worker kernels/cpu_linear.py compiles the skinny-GEMM kernel for the
+# host it runs on (-march=native) at first use; without one the worker falls back to torch's.
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
+
 # torch first and alone, so the project's `torch>=2.6` is already met. PyPI's Linux wheel
 # is the CUDA build; pass PIP_TORCH_ARGS="--index-url <PyTorch's CPU wheel index>" for CPU.
 ARG PIP_TORCH_ARGS=""
