@@ -80,6 +80,15 @@ class DrafterChoice:
         accepted, judged = self.tally.get(name, (0.0, 0.0))
         return (accepted + 1.0) / (judged + 2.0)
 
+    def preferred(self, gamma: int, costs: dict[str, float]) -> str:
+        """The drafter this sequence's own rates favour at each drafter's plain (unshared)
+        cost: the one it would draft with were its choice everyone's. Its current drafter
+        until it has rates."""
+        if gamma <= 0 or not self.tally:
+            return self.current
+        speed = {n: drafter_speed(self.rate(n), gamma, costs.get(n, 0.0)) for n in self.tally}
+        return max(sorted(speed), key=lambda n: speed[n])
+
     def learn(
         self, counts: dict[str, tuple[float, int]], gamma: int = 0, costs: dict[str, float] | None = None
     ) -> None:
@@ -110,8 +119,15 @@ class DrafterChoice:
 def shared_costs(costs: dict[str, float], groups: Counter[str], own: str, batch: int) -> dict[str, float]:
     """Each drafter's cost as one sequence's learner should weigh it: a draft step is paid by
     the whole step, whatever number of sequences draft with it, so a drafter that ``n`` of the
-    ``batch`` sequences use (counting this one, were it to switch) costs ``batch / n`` times its
-    cost. Measured on nj-target at 4 users on stories: with the plain per-drafter cost, 15 % of
-    the sequences followed the prose drafter (accepted more often on some stories), and every
-    speculative step paid its forward: 0.675× static n-gram-4."""
+    ``batch`` sequences would draft with (counting this one, were it to switch) costs
+    ``batch / n`` times its cost. Measured on nj-target at 4 users on stories: with the plain
+    per-drafter cost, 15 % of the sequences followed the prose drafter (accepted more often on
+    some stories), and every speculative step paid its forward: 0.675× static n-gram-4.
+
+    ``groups`` counts, per drafter, the sequences whose own rates favour it
+    (``DrafterChoice.preferred``), not the ones drafting with it now: counted by current use,
+    a drafter nobody uses yet costs its whole forward to the first sequence that would switch,
+    so a batch that started on n-gram stayed there (SmolLM2 at 4 chat users, 2026-12-03: 80 % of
+    sequences on n-gram at acceptance 0.1, where the chat head alone was the best static
+    configuration)."""
     return {d: c * batch / max(groups.get(d, 0) + (d != own), 1) for d, c in costs.items()}

@@ -143,6 +143,13 @@ class Speculator:
     def _costs(self) -> dict[str, float]:
         return self._decision.drafter_costs if self._decision is not None else {}
 
+    @staticmethod
+    def _preference(v: Verified, costs: dict[str, float]) -> str:
+        """The drafter a drafted sequence's own rates favour (router.shared_costs groups by it)."""
+        assert v.drafted is not None
+        choice = v.seq.drafter_choice
+        return v.drafted.drafter if choice is None else choice.preferred(v.drafted.requested, costs)
+
     def _wants_scores(self, seq: Sequence) -> bool:
         choice = seq.drafter_choice
         return not self.per_request or choice is None or choice.wants_scores()
@@ -214,12 +221,14 @@ class Speculator:
             seconds = time.perf_counter() - t0
         if self.per_request:  # full information: every drafter's rate on its own positions
             learnt = set(scored)
-            groups = Counter(v.drafted.drafter for v in drafted if v.drafted is not None)
+            plain = self._costs()
+            prefs = [self._preference(v, plain) for v in drafted]
+            groups = Counter(prefs)
             for i, v in enumerate(drafted):
                 choice = v.seq.drafter_choice
                 if choice is not None and i in learnt:
                     assert v.drafted is not None
-                    costs = shared_costs(self._costs(), groups, v.drafted.drafter, len(drafted))
+                    costs = shared_costs(plain, groups, prefs[i], len(drafted))
                     choice.learn(counts[i], v.drafted.requested, costs)
                 elif choice is not None:
                     choice.skip()
