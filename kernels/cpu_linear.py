@@ -35,8 +35,9 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("skinny_linear.c")
 FLAGS = ["-O3", "-march=native", "-shared", "-fPIC"]
-# Up to this many rows the kernel beats the BLAS here (one torch thread: 24; with more threads
-# the BLAS splits larger products across cores: 16). Measured by benchmarks/skinny_bench.py.
+# Up to this many rows the kernel beats the BLAS here: SmolLM2's layer products with cold
+# weights (2026-12-03), one torch thread, 24 rows: kernel 0.9x the BLAS's time; with two threads
+# the BLAS splits the product across cores and is faster from ~24 rows on, so 16 there.
 MAX_ROWS_ONE_THREAD = 24
 MAX_ROWS_THREADS = 16
 
