@@ -8,8 +8,9 @@
  * speculative verification of a few rows costs about what a plain decode row does.
  *
  * Batch invariance: the (m, n) dot product is always accumulated the same way (lane-wise over
- * K in VW-wide chunks, the tail zero-padded, then one horizontal sum), whatever M is and
- * wherever row m sits in the batch, so a row's result does not depend on its batch.
+ * K in VW-wide chunks, the tail zero-padded, then one fixed horizontal-sum tree, four columns
+ * at a time), whatever M is and wherever row m sits in the batch, so a row's result does not
+ * depend on its batch.
  */
 #include <immintrin.h>
 #include <stddef.h>
@@ -24,9 +25,17 @@ typedef __m512 vec;
 #define VZERO() _mm512_setzero_ps()
 #define VLOAD(p) _mm512_loadu_ps(p)
 #define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
-static inline float vsum(vec v) { return _mm512_reduce_add_ps(v); }
 static inline vec vload_tail(const float* p, int n) {
     return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1u), p);
+}
+/* The horizontal sums of four vectors at once, as one 4-float vector. */
+static inline __m128 vsum4(vec a, vec b, vec c, vec d) {
+    __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+    __m512 s = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x44), _mm512_shuffle_ps(ab, cd, 0xEE));
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 #else
 typedef __m256 vec;
@@ -34,11 +43,11 @@ typedef __m256 vec;
 #define VZERO() _mm256_setzero_ps()
 #define VLOAD(p) _mm256_loadu_ps(p)
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
-static inline float vsum(vec v) {
-    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
+static inline __m128 vsum4(vec a, vec b, vec c, vec d) {
+    __m256 ab = _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
+    __m256 cd = _mm256_add_ps(_mm256_unpacklo_ps(c, d), _mm256_unpackhi_ps(c, d));
+    __m256 s = _mm256_add_ps(_mm256_shuffle_ps(ab, cd, 0x44), _mm256_shuffle_ps(ab, cd, 0xEE));
+    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
 }
 static inline vec vload_tail(const float* p, int n) {
     float buf[VW] = {0};
@@ -78,9 +87,18 @@ static inline __attribute__((always_inline)) void block(
             for (int j = 0; j < nn; j++) acc[i][j] = VFMA(xv, wv[j], acc[i][j]);
         }
     }
+    if (nn == NB) {
+        for (int i = 0; i < mn; i++) {
+            __m128 s = vsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+            if (bias) s = _mm_add_ps(s, _mm_loadu_ps(bias + n0));
+            _mm_storeu_ps(y + (size_t)(m0 + i) * N + n0, s);
+        }
+        return;
+    }
     for (int i = 0; i < mn; i++)
         for (int j = 0; j < nn; j++) {
-            float s = vsum(acc[i][j]);
+            vec z = VZERO();
+            float s = _mm_cvtss_f32(vsum4(acc[i][j], z, z, z));
             if (bias) s += bias[n0 + j];
             y[(size_t)(m0 + i) * N + n0 + j] = s;
         }
