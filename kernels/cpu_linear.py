@@ -147,21 +147,17 @@ def skinny_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = 
     return y
 
 
-def applies(x: torch.Tensor, w: torch.Tensor) -> bool:
-    """Whether ``linear`` takes the kernel for these operands."""
+def applies(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
+    """Whether ``linear`` takes the kernel for these operands: few fp32 CPU rows."""
     return (
         x.dim() == 2
         and 0 < x.shape[0] <= max_rows()
-        and x.dtype == torch.float32
-        and w.dtype == torch.float32
-        and x.device.type == "cpu"
-        and w.device.type == "cpu"
+        and all(t.dtype == torch.float32 and t.device.type == "cpu" for t in (x, w))
         and w.is_contiguous()
+        and (bias is None or (bias.dtype == torch.float32 and bias.device.type == "cpu"))
     )
 
 
 def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(x, w, bias)``; few fp32 CPU rows through the skinny kernel."""
-    if applies(x, w) and (bias is None or (bias.dtype == torch.float32 and bias.device.type == "cpu")):
-        return skinny_linear(x, w, bias)
-    return F.linear(x, w, bias)
+    return skinny_linear(x, w, bias) if applies(x, w, bias) else F.linear(x, w, bias)

@@ -222,7 +222,8 @@ class Speculator:
         if self.per_request:  # full information: every drafter's rate on its own positions
             learnt = set(scored)
             plain = self._costs()
-            prefs = [self._preference(v, plain) for v in drafted]
+            # what each sequence favours, for the shared costs: only on steps where one learns
+            prefs = [self._preference(v, plain) for v in drafted] if learnt else []
             groups = Counter(prefs)
             for i, v in enumerate(drafted):
                 choice = v.seq.drafter_choice
