@@ -107,6 +107,6 @@ def main(argv: list[str] | None = None) -> int:
     for c in v.checks:
         op = "≤" if c.at_most else "≥"
         print(f"  {'ok' if c.ok else 'NO'}  {c.name}: {c.value:.3f} ({op} {c.bound:.2f})")
-    for path in (outputs.markdown, outputs.json, outputs.timeline_png, outputs.cdf_png):
+    for path in (outputs.markdown, outputs.json, outputs.timeline_png, outputs.cdf_png, outputs.telemetry):
         print(f"wrote {path}")
     return 0

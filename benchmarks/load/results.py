@@ -128,3 +128,15 @@ def finite(obj: Any) -> Any:
 def write_json(result: BenchResult, path: Path) -> Path:
     path.write_text(json.dumps(finite(to_json(result)), indent=1, allow_nan=False))
     return path
+
+
+def write_telemetry(result: BenchResult, path: Path) -> Path:
+    """Every telemetry step the run read, one JSON line each, with its configuration's name
+    (and ``t_s``: seconds since the configuration's load started): for a breakdown the
+    report does not make, e.g. where a configuration's step time went."""
+    with path.open("w") as f:
+        for run in result.runs:
+            for t in run.telemetry:
+                row = {"config": run.config.name, "t_s": t.ts - run.t0_wall, **t.model_dump(mode="json")}
+                f.write(json.dumps(finite(row)) + "\n")
+    return path

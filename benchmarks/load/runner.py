@@ -22,7 +22,7 @@ from benchmarks.load.metrics import Slo, config_stats, makespan
 from benchmarks.load.phases import Phase, is_closed_loop, windows
 from benchmarks.load.plan import ClosedLoopPlan, Plan, PlannedRequest
 from benchmarks.load.report import write_markdown
-from benchmarks.load.results import BaselineRow, BenchResult, ConfigRun, write_json
+from benchmarks.load.results import BaselineRow, BenchResult, ConfigRun, write_json, write_telemetry
 from benchmarks.load.rounds import median_run, order
 from benchmarks.load.timeline import build_timeline
 from benchmarks.load.trio import Trio, TrioOptions, running_trio
@@ -55,6 +55,7 @@ class Outputs:
     markdown: Path
     timeline_png: Path
     cdf_png: Path
+    telemetry: Path
 
 
 def services(cfg: BenchConfig, s: RunSettings) -> AbstractAsyncContextManager[Trio]:
@@ -169,6 +170,7 @@ def finish(
         markdown=write_markdown(result, out_dir / "report.md"),
         timeline_png=plots.plot_timelines(runs, ws, out_dir / "timeline.png"),
         cdf_png=plots.plot_cdfs(runs, out_dir / "latency_cdf.png"),
+        telemetry=write_telemetry(result, out_dir / "telemetry.jsonl"),
     )
     return result, outputs
 

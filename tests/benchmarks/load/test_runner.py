@@ -63,6 +63,10 @@ def test_smoke_run_writes_every_output(models: tuple[Path, Path], workload: Path
         assert whole["completed"] == sent and whole["output_tokens"] == pytest.approx(4 * sent)
         assert cfg["telemetry_steps"] > 0
         assert cfg["timeline"]["decisions"][0]["policy"] == ("static" if cfg["name"] == "off" else "nightjar")
+    steps = [json.loads(line) for line in (out / "telemetry.jsonl").read_text().splitlines()]
+    for cfg in data["configs"]:  # every step the report counted is in the dump, under its config
+        assert sum(s["config"] == cfg["name"] for s in steps) == cfg["telemetry_steps"]
+    assert all("step_time" in s and "gamma" in s and s["t_s"] > -1 for s in steps)
     assert [b["name"] for b in data["baseline"]] == ["hf-generate b=2", "hf-generate b=1", "hf-assisted b=1"]
     assert data["verdict"]["target"] == "nightjar" and data["verdict"]["missing"] is None
     assert data["verdict"]["mode"] == "open" and data["meta"]["loop"] == "open"
