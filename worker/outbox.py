@@ -126,6 +126,9 @@ class Outbox:
         self._send: MemoryObjectSendStream[StepOutput] = send
         self._recv: MemoryObjectReceiveStream[StepOutput] = recv
         self._put = 0
+        self._handed = 0  # puts whose writes went to Redis (or that had nothing to send)
+        self._taken = 0  # puts the writer holds and has not handed to Redis yet
+        self._in_flight = False  # a write's reply is awaited
         self._done = 0
         self._flushed = Signal()
         self.retries = 0  # must-happen writes retried after a Redis error (for tests, logs)
@@ -135,6 +138,28 @@ class Outbox:
         """Queue one step's output (waits while ``capacity`` steps are unwritten)."""
         self._put += 1
         await self._send.send(item)
+
+    @property
+    def unsent(self) -> bool:
+        """Whether some output put here has not gone to Redis yet (queued, or being merged)."""
+        return self._handed < self._put
+
+    async def let_send(self, max_turns: int) -> None:
+        """Turns of the event loop while an output put here has not gone to Redis or a write
+        is still in flight (at most ``max_turns``): called before the engine blocks the loop
+        with a step. redis-py takes 4-6 turns from a writer's wake-up to its bytes on the
+        socket (connection check, pipeline); with the single turn there was, a write put
+        while the last one's reply was unread sat out the whole next step: at 32 users on
+        nj-target a job's result landed a median 24-39 ms after its last token
+        (BENCHMARKS.md, "The writer's turns"). A turn with nothing to run costs microseconds."""
+        for _ in range(max_turns):
+            await anyio.lowlevel.checkpoint()
+            if not (self.unsent or self._in_flight):
+                return
+
+    def _hand_over(self) -> None:
+        self._handed += self._taken
+        self._taken = 0
 
     async def flush(self) -> None:
         """Wait until everything put so far is written."""
@@ -146,6 +171,7 @@ class Outbox:
         """The writer: forever take what piled up, write it, report it."""
         while True:
             items = await self._take()
+            self._taken = len(items)
             writes, stats = merge(items)
             if stats and not self._stats:
                 self._stats_since = time.monotonic()
@@ -153,6 +179,7 @@ class Outbox:
             due = bool(self._stats) and time.monotonic() - self._stats_since >= self.telemetry_s
             sent, self._stats = (self._stats, []) if writes or due else ([], self._stats)
             held = await self._write(writes, sent)
+            self._hand_over()  # (a no-op when the write went: handed over as it went)
             self._done += len(items)
             self._flushed.fire()
             if writes:
@@ -194,7 +221,12 @@ class Outbox:
                 if writes:
                     self.leases.queue_write(pipe, writes)
                 self.telemetry.queue(pipe, sent)
-                replies: list[object] = await pipe.execute(raise_on_error=False)
+                self._hand_over()
+                self._in_flight = True
+                try:
+                    replies: list[object] = await pipe.execute(raise_on_error=False)
+                finally:
+                    self._in_flight = False
         except (RedisError, OSError) as exc:
             replies = [exc] * (bool(writes) + len(sent))
         failed = [x for x in replies[bool(writes) :] if isinstance(x, BaseException)]

@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 
 INLINE_STEP_S = 0.02  # a step after one shorter than this runs on the event loop (see _step)
 INLINE_PREFILL_TOKENS = 256  # ... unless more prompt tokens than this came since
+WRITER_TURNS = 8  # ... after at most this many loop turns for the outbox to send (Outbox.let_send)
 
 
 class WorkerService:
@@ -350,7 +351,7 @@ class WorkerService:
         inline = self._short and not self._taking and self._prefill <= INLINE_PREFILL_TOKENS
         self._prefill = 0
         if inline:
-            await anyio.lowlevel.checkpoint()  # the outbox's writer sends what it holds
+            await self.outbox.let_send(WRITER_TURNS)  # the last steps' writes go first
         t0 = time.perf_counter()
         result = self.engine.step() if inline else await anyio.to_thread.run_sync(self.engine.step)
         self._short = time.perf_counter() - t0 < INLINE_STEP_S

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 import pytest
+import redis
 import redis.asyncio as aioredis
 
 from shared import codec, jobs, keys
+from shared.connection import connect
 from shared.control import StepStats
 from shared.schemas import FinishEvent, JobEvent, Logprobs, StartEvent, TokenEvent
 from shared.streams import ensure_group
@@ -149,3 +153,57 @@ async def test_steps_with_nothing_for_a_client_send_their_telemetry_in_one_write
         assert pipelines == 2
         tg.cancel_scope.cancel()
     assert [w.write.job_id for w in landed] == ["j"]
+
+
+REAL_REDIS_URL = "redis://127.0.0.1:6379/10"  # a db of this test's own, flushed around it
+
+
+@pytest.fixture
+async def real_r() -> AsyncIterator[aioredis.Redis]:
+    client = connect(REAL_REDIS_URL)
+    await client.flushdb()
+    yield client
+    await client.flushdb()
+    await client.aclose()
+
+
+def _landed_while_blocked(peek: redis.Redis, stream: str, n: int) -> bool:
+    """Whether ``stream`` reaches ``n`` entries within 0.5 s, read by a client of its own while
+    this thread (and so the event loop) is blocked, as a step on the loop blocks it."""
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline:
+        if peek.xlen(stream) >= n:
+            return True
+        time.sleep(0.002)
+    return False
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("turns", [8, 1])
+async def test_let_send_hands_the_queued_writes_to_redis_before_the_loop_blocks(
+    real_r: aioredis.Redis, turns: int
+) -> None:
+    """The engine steps on the event loop right after ``let_send``: what was put before
+    must have gone to Redis by then, though the writer was still waiting for the reply to the
+    last step's write (it came during the step). With a single turn of the loop (how it was)
+    the writer reads that reply and the new write waits for the end of the next step."""
+    landed: list[Written] = []
+    outbox, _, lease, entry = await _outbox(real_r, landed)
+    outbox.telemetry_s = 10.0  # stats alone would wait: only the job writes matter here
+    stream = keys.job_events(M, "j")
+    went: list[bool] = []
+    with redis.Redis.from_url(REAL_REDIS_URL) as peek:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(outbox.run)
+            first = JobWrite("j", lease, entry, [_tok(0, [5], "x")])
+            await outbox.put(StepOutput([first]))  # connection made, script loaded
+            await outbox.flush()
+            for step in range(1, 4):
+                write = JobWrite("j", lease, entry, [_tok(step, [5 + step], "x")])
+                await outbox.put(StepOutput([write], StepStats(step=step, batch_size=1)))
+                await outbox.let_send(turns)
+                went.append(_landed_while_blocked(peek, stream, step + 1))  # no await: blocked
+            await outbox.flush()
+            tg.cancel_scope.cancel()
+    assert went[1:] == ([True] * 2 if turns == 8 else [False] * 2), went
+    assert len(landed) >= 2 and all(w.held for w in landed)
