@@ -10,15 +10,17 @@ drafters), at concurrency 1 and N:
 - redis: gateway, planner and worker as three processes on a real Redis, the worker alone
   on its core, the others (and Redis, and this client) on the rest.
 
-All three are started first and measured in turns, round by round (engine, embedded, redis,
-engine, ...), so a machine shared with other work loads each of them alike; the figures are
-medians over the rounds. The client sends non-streaming /v1/completions requests and times
-each end to end. At concurrency 1 the figure is milliseconds per output token (a request's
-whole latency ÷ its tokens, prefill included, for both the engine and the served runs); at
-concurrency N it is output tokens per second of N users each sending ``--per-user`` requests
-back to back (a closed loop, as ``--max-concurrency`` in vLLM's serving benchmark; the engine
-row keeps N requests in flight the same way; ``--per-user 1`` is one burst of N, which mostly
-measures how fast the gateway hands the burst over). The ratios are served ÷ engine.
+All three are started first and measured in turns (engine, embedded, redis, engine, ...):
+at concurrency 1 request by request, at concurrency N round by round, so a machine whose
+speed drifts (this VM's does, by the minute) or that runs other work loads each of them
+alike; the figures are medians over the requests and rounds. The client sends non-streaming
+/v1/completions requests and times each end to end. At concurrency 1 the figure is
+milliseconds per output token (a request's whole latency ÷ its tokens, prefill included, for
+both the engine and the served runs); at concurrency N it is output tokens per second of N
+users each sending ``--per-user`` requests back to back (a closed loop, as
+``--max-concurrency`` in vLLM's serving benchmark; the engine row keeps N requests in flight
+the same way; ``--per-user 1`` is one burst of N, which mostly measures how fast the gateway
+hands the burst over). The ratios are served ÷ engine.
 
 Beside the wall-clock ratios it prints the CPU time the worker's core spent per output token
 (all threads of the worker process, or of ``nightjar up``; the engine's thread for the engine
@@ -148,11 +150,12 @@ class EngineRow:
         await anyio.to_thread.run_sync(self._load)
         await anyio.to_thread.run_sync(self._run, 2)  # warm
 
-    async def round(self, samples: Samples, requests: int, concurrency: int, per_user: int) -> None:
-        for _ in range(requests):
-            wall, cpu = await anyio.to_thread.run_sync(self._run, 1)
-            samples.ms_per_token_c1.append(wall / self.tokens * 1000)
-            samples.cpu_s_c1.append(cpu)
+    async def one_c1(self, samples: Samples, i: int) -> None:
+        wall, cpu = await anyio.to_thread.run_sync(self._run, 1)
+        samples.ms_per_token_c1.append(wall / self.tokens * 1000)
+        samples.cpu_s_c1.append(cpu)
+
+    async def round_cn(self, samples: Samples, concurrency: int, per_user: int) -> None:
         wall, cpu = await anyio.to_thread.run_sync(self._run, concurrency, per_user)
         samples.walls_cn.append(wall)
         samples.cpu_s_cn.append(cpu)
@@ -187,11 +190,12 @@ class ServedRow:
         for _ in range(per_user):
             await self.one(i)
 
-    async def round(self, samples: Samples, requests: int, concurrency: int, per_user: int) -> None:
-        for i in range(requests):
-            c0 = sum(process_cpu_s(p) for p in self.worker_pids)
-            samples.ms_per_token_c1.append(await self.one(i) / self.tokens * 1000)
-            samples.cpu_s_c1.append(sum(process_cpu_s(p) for p in self.worker_pids) - c0)
+    async def one_c1(self, samples: Samples, i: int) -> None:
+        c0 = sum(process_cpu_s(p) for p in self.worker_pids)
+        samples.ms_per_token_c1.append(await self.one(i) / self.tokens * 1000)
+        samples.cpu_s_c1.append(sum(process_cpu_s(p) for p in self.worker_pids) - c0)
+
+    async def round_cn(self, samples: Samples, concurrency: int, per_user: int) -> None:
         c0 = sum(process_cpu_s(p) for p in self.worker_pids)
         o0 = sum(process_cpu_s(p) for p in self.other_pids)
         k0 = time.process_time()
@@ -316,9 +320,12 @@ async def measure(args: argparse.Namespace, worker_cpu: str) -> dict[str, Figure
         for start in starts:
             await start()
         samples = {name: Samples() for name in rows}
-        for _ in range(args.rounds):  # in turns: a change of the machine's load hits every row
+        for _ in range(args.rounds):  # in turns: a change of the machine's speed hits every row
+            for i in range(args.requests):  # at c=1 request by request (this VM drifts by the minute)
+                for name, row in rows.items():
+                    await row.one_c1(samples[name], i)
             for name, row in rows.items():
-                await row.round(samples[name], args.requests, args.concurrency, args.per_user)
+                await row.round_cn(samples[name], args.concurrency, args.per_user)
     n_requests = args.concurrency * args.per_user
     return {name: figures(s, args.tokens, n_requests) for name, s in samples.items()}
 
