@@ -128,7 +128,6 @@ class Outbox:
         self._put = 0
         self._handed = 0  # puts whose writes went to Redis (or that had nothing to send)
         self._taken = 0  # puts the writer holds and has not handed to Redis yet
-        self._in_flight = False  # a write's reply is awaited
         self._done = 0
         self._flushed = Signal()
         self.retries = 0  # must-happen writes retried after a Redis error (for tests, logs)
@@ -145,17 +144,20 @@ class Outbox:
         return self._handed < self._put
 
     async def let_send(self, max_turns: int) -> None:
-        """Turns of the event loop while an output put here has not gone to Redis or a write
-        is still in flight (at most ``max_turns``): called before the engine blocks the loop
-        with a step. redis-py takes 4-6 turns from a writer's wake-up to its bytes on the
-        socket (connection check, pipeline); with the single turn there was, a write put
-        while the last one's reply was unread sat out the whole next step: at 32 users on
-        nj-target a job's result landed a median 24-39 ms after its last token
-        (BENCHMARKS.md, "The writer's turns"). A turn with nothing to run costs microseconds."""
-        for _ in range(max_turns):
+        """Turns of the event loop while an output put here has not gone to Redis (at most
+        ``max_turns``), and one more once it has: called before the engine blocks the loop
+        with a step. A writer still reading the last write's reply needs 2-4 turns to send
+        the next (redis-py checks the connection, then writes); with the single turn there
+        was, such a write sat out the whole next step: at 32 users on nj-target a job's
+        result landed a median 22-39 ms after its last token, 9-17 ms with the turns
+        (BENCHMARKS.md, "The writer's turns"). With nothing queued it is one turn, as before."""
+        await anyio.lowlevel.checkpoint()
+        turns = 1
+        while self.unsent and turns < max_turns:
             await anyio.lowlevel.checkpoint()
-            if not (self.unsent or self._in_flight):
-                return
+            turns += 1
+        if turns > 1:  # handed over during these turns: one more for the send to finish
+            await anyio.lowlevel.checkpoint()
 
     def _hand_over(self) -> None:
         self._handed += self._taken
@@ -222,11 +224,7 @@ class Outbox:
                     self.leases.queue_write(pipe, writes)
                 self.telemetry.queue(pipe, sent)
                 self._hand_over()
-                self._in_flight = True
-                try:
-                    replies: list[object] = await pipe.execute(raise_on_error=False)
-                finally:
-                    self._in_flight = False
+                replies: list[object] = await pipe.execute(raise_on_error=False)
         except (RedisError, OSError) as exc:
             replies = [exc] * (bool(writes) + len(sent))
         failed = [x for x in replies[bool(writes) :] if isinstance(x, BaseException)]
