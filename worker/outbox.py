@@ -149,7 +149,7 @@ class Outbox:
         with a step. A writer still reading the last write's reply needs 2-4 turns to send
         the next (redis-py checks the connection, then writes); with the single turn there
         was, such a write sat out the whole next step: at 32 users on nj-target a job's
-        result landed a median 22-39 ms after its last token, 9-17 ms with the turns
+        result landed a median 17-39 ms after its last token, 9-17 ms with the turns
         (BENCHMARKS.md, "The writer's turns"). With nothing queued it is one turn, as before."""
         await anyio.lowlevel.checkpoint()
         turns = 1
