@@ -7,6 +7,7 @@ import os
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 import redis.asyncio as aioredis
@@ -26,3 +27,15 @@ async def r() -> AsyncIterator[aioredis.Redis]:
     client = connect("memory://")
     yield client
     await client.aclose()
+
+
+@asynccontextmanager
+async def flushed_redis(url: str) -> AsyncIterator[aioredis.Redis]:
+    """A client of the real Redis database ``url``, flushed before and after."""
+    client = connect(url)
+    await client.flushdb()
+    try:
+        yield client
+    finally:
+        await client.flushdb()
+        await client.aclose()

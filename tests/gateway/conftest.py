@@ -16,10 +16,10 @@ import redis.asyncio as aioredis
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from shared import codec, jobs, keys
-from shared.connection import connect
 from shared.control import WorkerInfo
 from shared.schemas import FinishEvent, JobEvent, JobRequest, StartEvent, TokenEvent
 from shared.streams import ensure_group, entries
+from tests.conftest import flushed_redis
 
 Script = Callable[[JobRequest], list[JobEvent]]
 MODEL = "fake-model"  # what register_worker's worker serves
@@ -32,11 +32,8 @@ if REAL_REDIS:
 
     @pytest.fixture
     async def r() -> AsyncIterator[aioredis.Redis]:
-        client = connect(REAL_REDIS)
-        await client.flushdb()
-        yield client
-        await client.flushdb()
-        await client.aclose()
+        async with flushed_redis(REAL_REDIS) as client:
+            yield client
 
 
 async def register_worker(

@@ -12,9 +12,9 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from shared import codec, keys
-from shared.connection import connect
 from shared.control import Decision
 from shared.streams import entries
+from tests.conftest import flushed_redis
 from tests.gateway.conftest import MODEL, gateway, register_worker, scripted_worker
 
 pytestmark = pytest.mark.anyio
@@ -24,11 +24,8 @@ REAL_REDIS_URL = "redis://127.0.0.1:6379/11"  # a db of these tests' own, flushe
 
 @pytest.fixture
 async def real_r() -> AsyncIterator[aioredis.Redis]:
-    client = connect(REAL_REDIS_URL)
-    await client.flushdb()
-    yield client
-    await client.flushdb()
-    await client.aclose()
+    async with flushed_redis(REAL_REDIS_URL) as client:
+        yield client
 
 
 async def _flood(r: aioredis.Redis, n: int, max_queue: int) -> list[int]:

@@ -12,10 +12,10 @@ import redis
 import redis.asyncio as aioredis
 
 from shared import codec, jobs, keys
-from shared.connection import connect
 from shared.control import StepStats
 from shared.schemas import FinishEvent, JobEvent, Logprobs, StartEvent, TokenEvent
 from shared.streams import ensure_group
+from tests.conftest import flushed_redis
 from worker.job_run import Resume
 from worker.leases import JobWrite, Leases
 from worker.outbox import Outbox, StepOutput, Written, coalesce, merge
@@ -160,11 +160,8 @@ REAL_REDIS_URL = "redis://127.0.0.1:6379/10"  # a db of this test's own, flushed
 
 @pytest.fixture
 async def real_r() -> AsyncIterator[aioredis.Redis]:
-    client = connect(REAL_REDIS_URL)
-    await client.flushdb()
-    yield client
-    await client.flushdb()
-    await client.aclose()
+    async with flushed_redis(REAL_REDIS_URL) as client:
+        yield client
 
 
 def _landed_while_blocked(peek: redis.Redis, stream: str, n: int) -> bool:
