@@ -4,7 +4,7 @@ FROM python:3.11-slim
 WORKDIR /app
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 
-# A C compiler: on a CPU worker kernels/cpu_linear.py compiles the skinny-GEMM kernel for the
+# A C compiler: on a CPU worker nj_kernels/cpu_linear.py compiles the skinny-GEMM kernel for the
 # host it runs on (-march=native) at first use; without one the worker falls back to torch's.
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/*
@@ -20,7 +20,7 @@ COPY gateway gateway
 COPY worker worker
 COPY planner planner
 COPY shared shared
-COPY kernels kernels
+COPY nj_kernels nj_kernels
 COPY training training
 COPY benchmarks benchmarks
 RUN pip install .

@@ -1,7 +1,7 @@
 """The target's bare forward with and without the skinny CPU linear kernel, side by side.
 
 For each batch size and rows per sequence (1 = a plain decode row, γ+1 = a verification), the
-paged runner's forward is timed with ``F.linear`` (the BLAS) and with ``kernels/cpu_linear``,
+paged runner's forward is timed with ``F.linear`` (the BLAS) and with ``nj_kernels/cpu_linear``,
 interleaved round by round so a drifting machine slows both alike; medians in ms, their
 ratio, and each row's cost against the same batch's plain decode step (what a verification
 costs in decode steps: the number that decides whether speculation pays).
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from kernels import cpu_linear
+from nj_kernels import cpu_linear
 from worker.engine.model_runner import ForwardItem, ModelRunner
 from worker.engine.weights import find_gguf, load_checkpoint
 

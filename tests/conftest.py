@@ -3,7 +3,7 @@
 import os
 
 # Triton reads this when a kernel is decorated, so it must be set before any test module
-# imports kernels.triton_*: Triton kernels then run on CPU tensors through its interpreter.
+# imports nj_kernels.triton_*: Triton kernels then run on CPU tensors through its interpreter.
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from collections.abc import AsyncIterator

@@ -24,8 +24,8 @@ from functools import partial
 import torch
 from triton.testing import do_bench
 
-from kernels import kv_ops, triton_attention, triton_kv
-from kernels.paged_attention import paged_attention_torch
+from nj_kernels import kv_ops, triton_attention, triton_kv
+from nj_kernels.paged_attention import paged_attention_torch
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 DEVICE = "cuda"

@@ -5,7 +5,7 @@ with decode rows, a verify of γ+1 rows with others of γ+1, each prefill chunk 
 decode row is never padded to a long prefill chunk. Everything that depends only on the batch
 (block lists, masks) is built once per step in ``AttentionGroup`` and reused by every layer.
 
-On CUDA the group calls ``kernels.paged_attention.paged_attention`` (Triton). The CPU path
+On CUDA the group calls ``nj_kernels.paged_attention.paged_attention`` (Triton). The CPU path
 gathers whole pages with one ``index_select`` over the layer's joint key/value tensor (pages
 are contiguous, so this copies large runs instead of single rows) and runs SDPA with the
 query heads of each KV head stacked as rows, which avoids expanding keys and values.
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from kernels.paged_attention import paged_attention
+from nj_kernels.paged_attention import paged_attention
 
 
 @dataclass

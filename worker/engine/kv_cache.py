@@ -1,6 +1,6 @@
 """The paged KV cache tensor of one model, sized from a memory budget and resizable.
 
-Layout: ``[layers, 2, num_blocks, block_size, kv_heads, head_dim]`` (see kernels/kv_ops.py).
+Layout: ``[layers, 2, num_blocks, block_size, kv_heads, head_dim]`` (see nj_kernels/kv_ops.py).
 Resizing applies the block manager's evacuation moves with ``copy_blocks`` before the tail is
 cut off, so the live contents of every sequence survive a shrink.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.kv_ops import copy_blocks
+from nj_kernels.kv_ops import copy_blocks
 from worker.engine.model_config import ModelConfig
 
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from kernels.cpu_linear import linear, max_rows
-from kernels.kv_ops import write_kv
+from nj_kernels.cpu_linear import linear, max_rows
+from nj_kernels.kv_ops import write_kv
 from worker.engine.attention import AttentionGroup, group_attention
 from worker.engine.model_config import ModelConfig
 from worker.engine.rope import Rotary

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from kernels.cpu_linear import linear
+from nj_kernels.cpu_linear import linear
 from worker.engine.attention import AttentionGroup
 from worker.engine.kv_cache import KVCache
 from worker.engine.model import DecoderModel

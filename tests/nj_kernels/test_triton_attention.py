@@ -6,8 +6,8 @@ import pytest
 import torch
 from paged_inputs import PagedBatch, make_paged_batch
 
-from kernels import triton_attention
-from kernels.paged_attention import paged_attention_torch
+from nj_kernels import triton_attention
+from nj_kernels.paged_attention import paged_attention_torch
 
 
 def assert_valid_rows_close(batch: PagedBatch, out: torch.Tensor, ref: torch.Tensor, atol: float) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernels.kv_ops import gather_kv_torch
+from nj_kernels.kv_ops import gather_kv_torch
 
 
 def paged_attention_torch(
@@ -52,7 +52,7 @@ def paged_attention(
 ) -> torch.Tensor:
     """Dispatch: Triton on CUDA (when available), torch elsewhere."""
     if q.is_cuda:
-        from kernels import triton_attention
+        from nj_kernels import triton_attention
 
         if triton_attention.AVAILABLE:
             return triton_attention.paged_attention(

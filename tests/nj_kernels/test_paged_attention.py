@@ -6,7 +6,7 @@ import pytest
 import torch
 from paged_inputs import PagedBatch, make_paged_batch
 
-from kernels.paged_attention import paged_attention, paged_attention_torch
+from nj_kernels.paged_attention import paged_attention, paged_attention_torch
 
 
 def naive_attention(batch: PagedBatch) -> list[torch.Tensor]:

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels import cpu_linear
+from nj_kernels import cpu_linear
 
 pytestmark = pytest.mark.skipif(not cpu_linear.available(), reason="needs cc with AVX2/FMA (x86-64)")
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from paged_inputs import shuffled_block_tables
 
-from kernels import kv_ops, triton_kv
+from nj_kernels import kv_ops, triton_kv
 
 LAYERS, BLOCKS, PAGE, KV_HEADS, HEAD_DIM = 2, 12, 4, 2, 8
 

@@ -1,6 +1,6 @@
 """Paged-KV data movement in Triton: write new rows, gather a sequence's pages, copy blocks.
 
-Same contracts as the torch paths in :mod:`kernels.kv_ops` (layout documented there). Every
+Same contracts as the torch paths in :mod:`nj_kernels.kv_ops` (layout documented there). Every
 kernel takes strides, so views such as ``kv[l, 0]`` work without a copy; block ids are
 widened to int64 before they scale a stride, because a whole-model pool passes 2**31
 elements.

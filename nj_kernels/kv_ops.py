@@ -36,7 +36,7 @@ def write_kv(
     slots: torch.Tensor,
 ) -> None:
     if k_cache.is_cuda:
-        from kernels import triton_kv
+        from nj_kernels import triton_kv
 
         if triton_kv.AVAILABLE:
             triton_kv.write_kv(k_cache, v_cache, k, v, slots)
@@ -62,7 +62,7 @@ def gather_kv_torch(cache: torch.Tensor, block_tables: torch.Tensor, max_len: in
 
 def gather_kv(cache: torch.Tensor, block_tables: torch.Tensor, max_len: int) -> torch.Tensor:
     if cache.is_cuda:
-        from kernels import triton_kv
+        from nj_kernels import triton_kv
 
         if triton_kv.AVAILABLE:
             return triton_kv.gather_kv(cache, block_tables, max_len)
@@ -79,7 +79,7 @@ def copy_blocks_torch(kv: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) ->
 
 def copy_blocks(kv: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> None:
     if kv.is_cuda:
-        from kernels import triton_kv
+        from nj_kernels import triton_kv
 
         if triton_kv.AVAILABLE:
             triton_kv.copy_blocks(kv, src, dst)

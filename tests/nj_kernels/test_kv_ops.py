@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from paged_inputs import shuffled_block_tables
 
-from kernels import kv_ops
+from nj_kernels import kv_ops
 
 BLOCKS, PAGE, KV_HEADS, HEAD_DIM = 10, 4, 2, 8
 

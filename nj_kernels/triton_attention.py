@@ -1,6 +1,6 @@
 """Paged attention in Triton: a flash-attention style online softmax over a sequence's pages.
 
-Same contract as :func:`kernels.paged_attention.paged_attention_torch` (decode, speculative
+Same contract as :func:`nj_kernels.paged_attention.paged_attention_torch` (decode, speculative
 verification and chunked prefill in one kernel; causal; GQA). One program handles one
 (sequence, kv head, query tile): the tile flattens (query row, head of the kv group) into its
 M dimension, so the heads sharing a kv head share every key/value page load (a decode step

@@ -1,1 +1,0 @@
-"""Triton kernels with torch reference paths."""
