@@ -14,7 +14,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
 ARG PIP_TORCH_ARGS=""
 RUN pip install torch==2.13.0 $PIP_TORCH_ARGS
 
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY nightjar nightjar
 COPY gateway gateway
 COPY worker worker
@@ -23,7 +23,7 @@ COPY shared shared
 COPY nj_kernels nj_kernels
 COPY training training
 COPY benchmarks benchmarks
-RUN pip install .
+RUN pip install -c constraints.txt .
 
 EXPOSE 8000
 # Each service runs as pid 1 and handles SIGTERM itself: the gateway stops accepting and lets

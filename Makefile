@@ -10,10 +10,10 @@ install: $(STAMP)
 # torch 2.13.0 goes in first, on its own: where it is missing pip installs the build this
 # machine's pip configuration offers (the CPU one, from local disk here), and the project's
 # `torch>=2.6` is then already satisfied, so pip never pulls a multi-GB CUDA build.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install torch==2.13.0
-	$(PY) -m pip install -e '.[dev]'
+	$(PY) -m pip install -e '.[dev]' -c constraints.txt
 	touch $(STAMP)
 
 # The real pretrained model of the exactness tests: SmolLM2-135M-Instruct, exported from the
