@@ -105,7 +105,6 @@ class WorkerService:
         self._draining = False
         self._short = False  # the last step was short enough to run the next one inline
         self._prefill = 0  # prompt tokens added since the last step
-        self._taking = 0  # entries being admitted (their Redis round trips need the loop)
 
     @property
     def worker_id(self) -> str:
@@ -186,7 +185,6 @@ class WorkerService:
         todo = [(e, f) for e, f in got if guess_job_id(f) not in self.running]  # (not our own, claimed back)
         if not todo:
             return
-        self._taking += 1  # meanwhile the engine steps in a thread: admission needs the loop
         try:
             # Entries in hand are taken to the end even through a Redis outage; together (one
             # start script, one tokenizing hand-off), so a burst joins the batch at once.
@@ -194,8 +192,6 @@ class WorkerService:
         except Exception:  # a bug: one by one, so that only the entry that fails is dead-lettered
             log.exception("admission of %d entries failed; taking them one at a time", len(todo))
             runs = [run for entry_id, fields in todo if (run := await self._take_one(entry_id, fields))]
-        finally:
-            self._taking -= 1
         for run in runs:
             await self._begin(run)
 
@@ -345,10 +341,13 @@ class WorkerService:
         would cost more than it blocks the loop (the loop and the engine thread fight for the
         interpreter, on one core, and every step is two thread hand-offs); the outbox sends
         the last step's write just before. The step after a long one, or after jobs with more
-        than ``INLINE_PREFILL_TOKENS`` prompt tokens to prefill came, or while jobs are being
-        admitted, runs in a thread, so the other loops (leases, cancels, intake) never wait
-        long and a burst of jobs joins the batch at once."""
-        inline = self._short and not self._taking and self._prefill <= INLINE_PREFILL_TOKENS
+        than ``INLINE_PREFILL_TOKENS`` prompt tokens to prefill came, runs in a thread, so the
+        other loops (leases, cancels, intake) never wait long. Admission does not send a step
+        to a thread: it takes every entry in hand in one round trip (``take_many``), so what
+        arrives during a step joins at most one step later than it would beside a threaded
+        step, and at 32 users the steps it sent to threads cost ~5 % more worker CPU a token
+        (BENCHMARKS.md, "Evening of 2026-12-03")."""
+        inline = self._short and self._prefill <= INLINE_PREFILL_TOKENS
         self._prefill = 0
         if inline:
             await self.outbox.let_send(WRITER_TURNS)  # the last steps' writes go first
