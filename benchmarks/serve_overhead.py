@@ -5,6 +5,10 @@ drafters), at concurrency 1 and N:
 
 - engine: the engine stepped in a thread of this process pinned to the worker's core, no
   Redis, no HTTP;
+- engine, users spread: the same, but at concurrency N its users start one step apart, so
+  (as when served) nearly every step prefills a prompt beside its decode rows, where the
+  plain engine row replaces all N requests at once (see ``EngineRow``); printed to show what
+  that arrival pattern costs by itself, the ratios stay ÷ the plain engine row;
 - embedded: ``nightjar up`` (gateway, planner, worker in one process on the embedded store)
   as a separate process pinned to the worker's core;
 - redis: gateway, planner and worker as three processes on a real Redis, the worker alone
@@ -101,10 +105,17 @@ def _pids(pattern: str) -> list[int]:
 
 
 class EngineRow:
-    """The engine alone, in a thread of this process pinned to the worker's core."""
+    """The engine alone, in a thread of this process pinned to the worker's core.
 
-    def __init__(self, model: str, tokens: int, cpu: str) -> None:
-        self.model, self.tokens, self.cpu = model, tokens, cpu
+    ``spread``: at concurrency N the users start one step apart instead of together. With
+    every request of the same length a closed loop in one thread otherwise runs in cohorts
+    (the N requests end in one step and are replaced in the next: one prefill of N prompts
+    every ``tokens`` steps), while served requests come back one by one, so nearly every
+    step also prefills a prompt beside N decode rows; this row is the engine under that
+    arrival pattern, with no service and no turnaround."""
+
+    def __init__(self, model: str, tokens: int, cpu: str, spread: bool = False) -> None:
+        self.model, self.tokens, self.cpu, self.spread = model, tokens, cpu, spread
         self._engine: Any = None
         self._ids: list[list[int]] = []
         self._n = 0
@@ -137,10 +148,12 @@ class EngineRow:
             left -= 1
             self._engine.add_request(EngineRequest(f"r{self._n}", self._ids[i % len(self._ids)], params))
 
-        for i in range(n):
-            add(i)
+        waiting = list(range(n))  # users not started yet
         t0, c0 = time.perf_counter(), time.thread_time()
-        while self._engine.has_unfinished():
+        while waiting or self._engine.has_unfinished():
+            for i in waiting[: 1 if self.spread else n]:
+                add(i)
+            del waiting[: 1 if self.spread else n]
             for out in self._engine.step().outputs:
                 if out.finished and left > 0:
                     add(left)
@@ -309,14 +322,17 @@ def load_average() -> str:
 
 
 async def measure(args: argparse.Namespace, worker_cpu: str) -> dict[str, Figures]:
-    rows: dict[str, EngineRow | ServedRow] = {"engine": EngineRow(args.model, args.tokens, worker_cpu)}
+    rows: dict[str, EngineRow | ServedRow] = {
+        "engine": EngineRow(args.model, args.tokens, worker_cpu),
+        "engine, users spread": EngineRow(args.model, args.tokens, worker_cpu, spread=True),
+    }
     async with AsyncExitStack() as stack:
-        starts: list[Callable[[], Awaitable[None]]] = [rows["engine"].start]
+        starts: list[Callable[[], Awaitable[None]]] = [row.start for row in rows.values()]
         if not args.skip_embedded:
             rows["embedded"] = await stack.enter_async_context(embedded(args, worker_cpu))
         if args.redis_url:
             rows["redis"] = await stack.enter_async_context(three_processes(args, worker_cpu))
-        starts += [row.start for name, row in rows.items() if name != "engine"]
+        starts += [row.start for row in rows.values() if isinstance(row, ServedRow)]
         for start in starts:
             await start()
         samples = {name: Samples() for name in rows}
