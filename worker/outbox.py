@@ -134,8 +134,25 @@ class Outbox:
         self._seqs: dict[tuple[str, int], int] = {}  # (job, lease) -> its last write's number
 
     async def put(self, item: StepOutput) -> None:
-        """Queue one step's output (waits while ``capacity`` steps are unwritten)."""
+        """Queue one step's output (waits while ``capacity`` steps are unwritten).
+
+        A step with stats alone, while earlier stats wait out ``telemetry_s`` and the writer
+        has taken everything put before, joins them here without waking the writer (whose
+        timer sends them all): at concurrency 1 on nj-target that wake-up, a loop turn or two
+        of the writer a step, was half of the worker's work between steps (BENCHMARKS.md,
+        "Evening of 2026-12-03")."""
         self._put += 1
+        if (
+            not item.writes
+            and item.stats is not None
+            and self._stats
+            and self._done == self._put - 1  # in order: nothing earlier still queued
+            and time.monotonic() - self._stats_since < self.telemetry_s
+        ):
+            self._stats.append(item.stats)
+            self._handed += 1
+            self._done += 1
+            return
         await self._send.send(item)
 
     @property

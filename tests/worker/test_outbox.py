@@ -155,6 +155,52 @@ async def test_steps_with_nothing_for_a_client_send_their_telemetry_in_one_write
     assert [w.write.job_id for w in landed] == ["j"]
 
 
+async def test_stats_that_join_waiting_ones_do_not_wake_the_writer_and_keep_their_order(
+    r: aioredis.Redis,
+) -> None:
+    landed: list[Written] = []
+    outbox, _, lease, entry = await _outbox(r, landed)
+    outbox.telemetry_s = 0.2
+    takes = 0
+    real = outbox._take
+
+    async def counted() -> list[StepOutput]:
+        nonlocal takes
+        got = await real()
+        takes += bool(got)
+        return got
+
+    outbox._take = counted  # type: ignore[method-assign]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(outbox.run)
+        await outbox.put(StepOutput([], StepStats(step=1, batch_size=1)))  # the writer starts its timer
+        await outbox.flush()
+        assert takes == 1
+        for step in range(2, 6):  # they join step 1's stats: no turn of the writer
+            await outbox.put(StepOutput([], StepStats(step=step, batch_size=1)))
+            assert not outbox.unsent
+        await outbox.flush()
+        assert takes == 1
+        # A job write still goes through the writer, and takes every waiting step with it.
+        final = JobWrite("j", lease, entry, [_tok(0, [5], "a")], _final([5], "a"))
+        await outbox.put(StepOutput([final], StepStats(step=6, batch_size=1)))
+        await outbox.flush()
+        assert takes == 2
+        sent = [codec.from_entry(f) for _, f in await _range(r, keys.TELEMETRY_STREAM)]
+        assert [t.step for t in sent] == [1, 2, 3, 4, 5, 6]  # type: ignore[attr-defined]
+        # Alone again, stats go after telemetry_s (the writer's timer), joined ones with them.
+        await outbox.put(StepOutput([], StepStats(step=7, batch_size=1)))
+        await outbox.flush()
+        await outbox.put(StepOutput([], StepStats(step=8, batch_size=1)))
+        with anyio.fail_after(5):
+            while await r.xlen(keys.TELEMETRY_STREAM) < 8:
+                await anyio.sleep(0.01)
+        assert takes == 3
+        tg.cancel_scope.cancel()
+    sent = [codec.from_entry(f) for _, f in await _range(r, keys.TELEMETRY_STREAM)]
+    assert [t.step for t in sent] == list(range(1, 9))  # type: ignore[attr-defined]
+
+
 REAL_REDIS_URL = "redis://127.0.0.1:6379/10"  # a db of this test's own, flushed around it
 
 
