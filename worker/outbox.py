@@ -140,7 +140,7 @@ class Outbox:
         has taken everything put before, joins them here without waking the writer (whose
         timer sends them all): at concurrency 1 on nj-target that wake-up, a loop turn or two
         of the writer a step, was half of the worker's work between steps (BENCHMARKS.md,
-        "Evening of 2026-12-03")."""
+        "stats that join the waiting ones")."""
         self._put += 1
         if (
             not item.writes
