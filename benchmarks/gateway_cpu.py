@@ -22,7 +22,8 @@ import time
 import anyio
 import httpx
 
-from benchmarks.serve_overhead import _HZ, PROMPTS, _client, load_average, plain_trio, process_cpu_s
+from benchmarks.procstat import cpu_s, load_average, system_cpu_s
+from benchmarks.serve_overhead import PROMPTS, _client, plain_trio
 
 
 async def _one(c: httpx.AsyncClient, i: int, tokens: int) -> float:
@@ -33,10 +34,6 @@ async def _one(c: httpx.AsyncClient, i: int, tokens: int) -> float:
     if resp.json()["usage"]["completion_tokens"] != tokens:
         raise RuntimeError("short completion")
     return time.perf_counter() - t0
-
-
-def _cpu(pids: list[int]) -> float:
-    return sum(process_cpu_s(p) for p in pids)
 
 
 def _run_s(pid: int) -> float:
@@ -53,12 +50,6 @@ def _switches(pid: int) -> int:
     return sum(int(v) for v in got.values())
 
 
-def _sys_s(pid: int) -> float:
-    """System CPU seconds of ``pid`` so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[12]) / _HZ
-
-
 async def _phase(
     name: str, c: httpx.AsyncClient, n: int, users: int, tokens: int, gw: list[int], others: list[int]
 ) -> None:
@@ -69,13 +60,14 @@ async def _phase(
             lat.append(await _one(c, u + k, tokens))
 
     w0, r0 = _switches(gw[0]), _run_s(gw[0])
-    g0, s0, o0, k0, t0 = _cpu(gw), _sys_s(gw[0]), _cpu(others), time.process_time(), time.perf_counter()
+    g0, s0, o0 = cpu_s(gw), system_cpu_s(gw[0]), cpu_s(others)
+    k0, t0 = time.process_time(), time.perf_counter()
     async with anyio.create_task_group() as tg:
         for u in range(users):
             tg.start_soon(user, u)
     wall = time.perf_counter() - t0
-    g, o, k = _cpu(gw) - g0, _cpu(others) - o0, time.process_time() - k0
-    sys_s = _sys_s(gw[0]) - s0
+    g, o, k = cpu_s(gw) - g0, cpu_s(others) - o0, time.process_time() - k0
+    sys_s = system_cpu_s(gw[0]) - s0
     wakes = (_switches(gw[0]) - w0) / n
     ran = _run_s(gw[0]) - r0
     lat.sort()
@@ -111,10 +103,10 @@ async def run(args: argparse.Namespace, worker_cpu: str) -> None:
             async with _client(trio.base_url, args.concurrency) as c:
                 for i in range(4):
                     await _one(c, i, args.tokens)  # warm
-                g0 = _cpu(gw)
+                g0 = cpu_s(gw)
                 await anyio.sleep(args.idle_s)
                 if args.idle_s:
-                    print(f"idle: gateway CPU {(_cpu(gw) - g0) / args.idle_s * 1000:.1f} ms/s")
+                    print(f"idle: gateway CPU {(cpu_s(gw) - g0) / args.idle_s * 1000:.1f} ms/s")
                 await _phase("c=1", c, args.requests, 1, args.tokens, gw, others)
                 n = args.concurrency * args.per_user
                 await _phase(f"c={args.concurrency}", c, n, args.concurrency, args.tokens, gw, others)

@@ -5,10 +5,8 @@ drafters), at concurrency 1 and N:
 
 - engine: the engine stepped in a thread of this process pinned to the worker's core, no
   Redis, no HTTP;
-- engine, users spread: the same, but at concurrency N its users start one step apart, so
-  (as when served) nearly every step prefills a prompt beside its decode rows, where the
-  plain engine row replaces all N requests at once (see ``EngineRow``); printed to show what
-  that arrival pattern costs by itself, the ratios stay ÷ the plain engine row;
+- engine, users spread: the same with its users starting a step apart (``EngineRow``); shown
+  beside it, the ratios stay ÷ the plain engine row;
 - embedded: ``nightjar up`` (gateway, planner, worker in one process on the embedded store)
   as a separate process pinned to the worker's core;
 - redis: gateway, planner and worker as three processes on a real Redis, the worker alone
@@ -56,6 +54,7 @@ import httpx
 from benchmarks.load.configs import BenchConfig
 from benchmarks.load.trio import TrioOptions, free_port, wait_for_decision
 from benchmarks.load.trio_procs import process_trio
+from benchmarks.procstat import cpu_s, cpus, load_average, pids_matching
 
 PROMPTS = [
     "Once upon a time there was a little fox who",
@@ -63,7 +62,6 @@ PROMPTS = [
     "The weather in the mountains was",
     "Tom and Lily went to the park to",
 ]
-_HZ = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -88,22 +86,6 @@ class Figures:
     client_cpu_ms_per_request_cn: float  # CPU of this client (httpx) per request
 
 
-def _cpus(spec: str) -> set[int]:
-    return {int(c) for c in spec.split(",") if c.strip()}
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of every thread of ``pid`` so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _HZ
-
-
-def _pids(pattern: str) -> list[int]:
-    got = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
-    return [int(p) for p in got if int(p) != os.getpid()]
-
-
 class EngineRow:
     """The engine alone, in a thread of this process pinned to the worker's core.
 
@@ -121,7 +103,7 @@ class EngineRow:
         self._n = 0
 
     def _load(self) -> None:
-        os.sched_setaffinity(0, _cpus(self.cpu))  # this thread only
+        os.sched_setaffinity(0, cpus(self.cpu))  # this thread only
         import torch
 
         from worker.engine_factory import create_engine
@@ -138,7 +120,7 @@ class EngineRow:
         from shared.schemas import SamplingParams
         from worker.engine.api import EngineRequest
 
-        os.sched_setaffinity(0, _cpus(self.cpu))
+        os.sched_setaffinity(0, cpus(self.cpu))
         params = SamplingParams(max_tokens=self.tokens, ignore_eos=True)
         left = n * per_user
 
@@ -149,11 +131,12 @@ class EngineRow:
             self._engine.add_request(EngineRequest(f"r{self._n}", self._ids[i % len(self._ids)], params))
 
         waiting = list(range(n))  # users not started yet
+        starts = 1 if self.spread else n  # users started a step
         t0, c0 = time.perf_counter(), time.thread_time()
         while waiting or self._engine.has_unfinished():
-            for i in waiting[: 1 if self.spread else n]:
+            for i in waiting[:starts]:
                 add(i)
-            del waiting[: 1 if self.spread else n]
+            del waiting[:starts]
             for out in self._engine.step().outputs:
                 if out.finished and left > 0:
                     add(left)
@@ -204,21 +187,21 @@ class ServedRow:
             await self.one(i)
 
     async def one_c1(self, samples: Samples, i: int) -> None:
-        c0 = sum(process_cpu_s(p) for p in self.worker_pids)
+        c0 = cpu_s(self.worker_pids)
         samples.ms_per_token_c1.append(await self.one(i) / self.tokens * 1000)
-        samples.cpu_s_c1.append(sum(process_cpu_s(p) for p in self.worker_pids) - c0)
+        samples.cpu_s_c1.append(cpu_s(self.worker_pids) - c0)
 
     async def round_cn(self, samples: Samples, concurrency: int, per_user: int) -> None:
-        c0 = sum(process_cpu_s(p) for p in self.worker_pids)
-        o0 = sum(process_cpu_s(p) for p in self.other_pids)
+        c0 = cpu_s(self.worker_pids)
+        o0 = cpu_s(self.other_pids)
         k0 = time.process_time()
         t0 = time.perf_counter()
         async with anyio.create_task_group() as tg:
             for i in range(concurrency):
                 tg.start_soon(self.user, i, per_user)
         samples.walls_cn.append(time.perf_counter() - t0)
-        samples.cpu_s_cn.append(sum(process_cpu_s(p) for p in self.worker_pids) - c0)
-        samples.other_cpu_s_cn.append(sum(process_cpu_s(p) for p in self.other_pids) - o0)
+        samples.cpu_s_cn.append(cpu_s(self.worker_pids) - c0)
+        samples.other_cpu_s_cn.append(cpu_s(self.other_pids) - o0)
         samples.client_cpu_s_cn.append(time.process_time() - k0)
 
 
@@ -289,9 +272,8 @@ async def plain_trio(args: argparse.Namespace, cpu: str, name: str) -> AsyncIter
     async with process_trio(cfg, opts, args.redis_url, Path(args.log_dir)) as trio:
         await wait_for_decision(trio.redis, time.monotonic() + 60)
         base = "nightjar --log-level warning"
-        pids = {
-            s: _pids(f"{base} {s} .*--redis-url {args.redis_url}") for s in ("worker", "gateway", "planner")
-        }
+        services = ("worker", "gateway", "planner")
+        pids = {s: pids_matching(f"{base} {s} .*--redis-url {args.redis_url}") for s in services}
         pids["redis"] = [int((await trio.redis.info("server"))["process_id"])]
         yield PlainTrio(trio.base_url, pids)
 
@@ -315,10 +297,6 @@ def figures(s: Samples, tokens: int, n_requests: int) -> Figures:
         statistics.median(s.other_cpu_s_cn) / n_requests * 1000,
         statistics.median(s.client_cpu_s_cn) / n_requests * 1000,
     )
-
-
-def load_average() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 async def measure(args: argparse.Namespace, worker_cpu: str) -> dict[str, Figures]:
@@ -370,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     worker_cpu = args.worker_cpu or str(cores[-1])
     rest = ",".join(str(c) for c in cores if str(c) != worker_cpu) or worker_cpu
     load_before = load_average()
-    os.sched_setaffinity(0, _cpus(rest))  # the client; the engine row's thread pins itself
+    os.sched_setaffinity(0, cpus(rest))  # the client; the engine row's thread pins itself
     rows = anyio.run(measure, args, worker_cpu)
     base = rows["engine"]
     print(
