@@ -11,7 +11,7 @@ import logging
 import sys
 from typing import NoReturn
 
-from nightjar.options import UsageError, env
+from nightjar.options import DTYPE_CHOICES, UsageError, env
 from shared.connection import DEFAULT_URL
 
 
@@ -77,6 +77,7 @@ def add_result_ttl(p: argparse.ArgumentParser) -> None:
 
 
 def _add_worker(p: argparse.ArgumentParser) -> None:
+    """The worker's options (also ``nightjar up``'s)."""
     p.add_argument("--model", default=env("MODEL"), help="model directory (NIGHTJAR_MODEL)")
     p.add_argument("--worker-id", default=env("WORKER_ID"), help="NIGHTJAR_WORKER_ID")
     p.add_argument(
@@ -108,6 +109,14 @@ def _add_worker(p: argparse.ArgumentParser) -> None:
     )
     add_result_ttl(p)
     p.add_argument("--threads", type=int, default=env("THREADS"), help="torch threads (NIGHTJAR_THREADS)")
+    p.add_argument(
+        "--dtype",
+        default=env("DTYPE", "auto"),
+        choices=DTYPE_CHOICES,
+        help="weights and compute: auto (a model directory holding a .gguf is served from its blocks on "
+        "CPU, else float32 on CPU, bfloat16 on CUDA), fp32 (the safetensors beside a GGUF, or the GGUF "
+        "dequantised), bf16, fp16 (NIGHTJAR_DTYPE)",
+    )
     p.add_argument("--engine-opt", action="append", metavar="KEY=VALUE", help="engine option")
     p.add_argument(
         "--drafter",

@@ -91,7 +91,7 @@ def _worker_service(args: argparse.Namespace) -> tuple[Service, Stop]:
             progress_s=args.progress_interval,
             drain_timeout_s=args.drain_timeout,
             result_ttl_s=args.result_ttl,
-            engine=engine_options(args.engine_opt),
+            engine=engine_options(args.engine_opt, args.dtype),
             drafters=drafter_dirs(model, args.drafter),
             ngram=args.ngram,
             metrics_port=getattr(args, "metrics_port", None),

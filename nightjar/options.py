@@ -21,6 +21,12 @@ BUNDLED_DRAFTERS = {
 }
 
 
+# --dtype values and the engine's dtype each stands for (None: auto, the weights as stored).
+DTYPES = {"auto": None, "fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
+          "fp16": "float16", "float16": "float16"}  # fmt: skip
+DTYPE_CHOICES = tuple(DTYPES)
+
+
 class UsageError(Exception):
     """Bad input from the command line: reported in one line, exit code 2."""
 
@@ -47,9 +53,13 @@ def typed(value: str) -> Any:
 
 
 def model_dir(arg: str | None) -> str:
+    """The model to serve: a Hugging Face directory (config.json), a directory holding a
+    .gguf file, or a .gguf file."""
     path = Path(arg) if arg else BUNDLED_MODEL
-    if not (path / "config.json").is_file():
-        hint = "pass --model DIR" if not arg else "a Hugging Face model directory has config.json"
+    if path.is_file() and path.suffix == ".gguf":
+        return str(path)
+    if not (path / "config.json").is_file() and not any(path.glob("*.gguf")):
+        hint = "pass --model DIR" if not arg else "a Hugging Face model directory has config.json, or a .gguf"
         raise UsageError(f"no model at {path} ({hint})")
     return str(path)
 
@@ -81,7 +91,16 @@ def api_keys(given: list[str] | None) -> tuple[str, ...]:
     return tuple(k.strip() for k in str(listed).split(",") if k.strip())
 
 
-def engine_options(items: list[str] | None) -> dict[str, Any]:
+def engine_options(items: list[str] | None, dtype: str = "auto") -> dict[str, Any]:
     """``--engine-opt key=value`` (repeatable) as keyword options, values read as JSON when
-    they parse (numbers, booleans, lists), else kept as text."""
-    return {k: typed(v) for k, v in pairs(items, "--engine-opt").items()}
+    they parse (numbers, booleans, lists), else kept as text; ``--dtype`` (not auto) as the
+    engine's ``dtype``."""
+    opts = {k: typed(v) for k, v in pairs(items, "--engine-opt").items()}
+    if dtype not in DTYPES:
+        raise UsageError(f"--dtype takes one of {', '.join(DTYPES)}, got {dtype!r}")
+    chosen = DTYPES[dtype]
+    if chosen is not None:
+        if opts.get("dtype", chosen) != chosen:
+            raise UsageError(f"--dtype {dtype} and --engine-opt dtype={opts['dtype']} disagree")
+        opts["dtype"] = chosen
+    return opts

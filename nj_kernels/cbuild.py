@@ -48,7 +48,8 @@ def compile_cached(source: Path, flags: list[str], out_dir: Path | None = None) 
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
     os.close(fd)
     try:
-        done = subprocess.run([cc, *flags, "-o", tmp, str(source)], capture_output=True, text=True, timeout=300)
+        cmd = [cc, *flags, "-o", tmp, str(source)]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
             raise RuntimeError(f"{cc} failed: {done.stderr.strip()[:500]}")
         os.replace(tmp, out)

@@ -66,15 +66,10 @@ def build(cache_dir: Path | None = None, flags: list[str] | None = None) -> Path
 def bind(path: Path) -> ctypes.CDLL:
     """Load a built kernel and declare its functions."""
     lib = ctypes.CDLL(str(path))
-    lib.quant_linear.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t] + [ctypes.c_void_p] * 3 + [
-        ctypes.c_int
-    ] * 3
+    i, p, n = ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t
+    lib.quant_linear.argtypes = [i, p, n, p, p, p, i, i, i]  # type, w, row bytes, x, bias, y, M, N, K
     lib.quant_linear.restype = ctypes.c_int
-    lib.quant_dequant_rows.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p] + [
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_void_p,
-    ]
+    lib.quant_dequant_rows.argtypes = [i, p, n, p, i, i, p]  # type, w, row bytes, ids, n, K, out
     lib.quant_dequant_rows.restype = ctypes.c_int
     lib.quant_vector_width.argtypes = []
     lib.quant_vector_width.restype = ctypes.c_int
@@ -118,7 +113,7 @@ class QuantWeight:
 
     def __post_init__(self) -> None:
         if self.qtype not in TYPES:
-            raise ValueError(f"GGUF type {self.qtype} is not served from its blocks (types: {self.type_names()})")
+            raise ValueError(f"GGUF type {self.qtype} is not read from blocks (types: {self.type_names()})")
         _, block, size = TYPES[self.qtype]
         n, k = self.shape
         if k % block:
@@ -183,8 +178,9 @@ class QuantWeight:
         out = torch.empty(flat.numel(), k, dtype=torch.float32)
         if flat.numel():
             rc = self._kernel().quant_dequant_rows(
-                self.qtype, self.data.data_ptr(), self.data.shape[1], flat.data_ptr(), flat.numel(), k, out.data_ptr()
-            )
+                self.qtype, self.data.data_ptr(), self.data.shape[1], flat.data_ptr(), flat.numel(), k,
+                out.data_ptr(),
+            )  # fmt: skip
             if rc != 0:
                 raise RuntimeError(f"quant_dequant_rows failed ({rc})")
         return out.view(*ids.shape, k)
@@ -214,3 +210,38 @@ class QuantWeight:
             raise ValueError("only matrices of one GGUF type and width can be stacked")
         data = torch.cat([p.data for p in parts], dim=0)
         return QuantWeight(first.qtype, (int(data.shape[0]), first.shape[1]), data, first.lib)
+
+
+@dataclass(eq=False)
+class StackedWeight:
+    """Matrices of different GGUF types stacked by rows (a fused q/k/v whose v is Q6_K and q/k
+    Q4_K, as llama.cpp's mixed quantisations make them): each part multiplies its own rows."""
+
+    parts: list[QuantWeight]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return sum(p.shape[0] for p in self.parts), self.parts[0].shape[1]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.parts)
+
+    def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        outs, start = [], 0
+        for p in self.parts:
+            n = p.shape[0]
+            outs.append(p.linear(x, None if bias is None else bias[start : start + n]))
+            start += n
+        return torch.cat(outs, dim=1)
+
+
+# What a model's weight matrix may be: a tensor (the fp32/bf16 path) or GGUF blocks.
+Weight = torch.Tensor | QuantWeight | StackedWeight
+
+
+def stack(parts: list[QuantWeight]) -> QuantWeight | StackedWeight:
+    """Matrices stacked by rows: one QuantWeight when they share a type, else a StackedWeight."""
+    if all(p.qtype == parts[0].qtype for p in parts):
+        return QuantWeight.cat(parts)
+    return StackedWeight(parts)

@@ -51,7 +51,15 @@ class PromptEncoder:
 
     @classmethod
     def from_dir(cls, model_dir: str | Path) -> PromptEncoder:
-        return cls(AutoTokenizer.from_pretrained(str(model_dir)))
+        """The tokenizer of a model directory; of a GGUF file (or a directory holding only
+        one), the one stored in it."""
+        path = Path(model_dir)
+        if path.suffix == ".gguf" and path.is_file():
+            return cls(AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name))
+        ggufs = sorted(path.glob("*.gguf"))
+        if not (path / "tokenizer_config.json").exists() and not (path / "tokenizer.json").exists() and ggufs:
+            return cls(AutoTokenizer.from_pretrained(str(path), gguf_file=ggufs[0].name))
+        return cls(AutoTokenizer.from_pretrained(str(path)))
 
     def encode(self, job: JobRequest) -> list[int]:
         if job.prompt_token_ids is not None:

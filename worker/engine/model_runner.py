@@ -9,11 +9,13 @@ a speculative verification, 0 for a chunk in the middle of a prompt.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
+from nj_kernels.cpu_linear import embedding
+from nj_kernels.quant_linear import Weight
 from worker.engine.attention import AttentionGroup, plan_group
 from worker.engine.config import DEFAULT_KV_BYTES
 from worker.engine.kv_cache import KVCache, blocks_for_budget
@@ -39,7 +41,7 @@ class ModelRunner:
     def __init__(
         self,
         config: ModelConfig,
-        state: dict[str, torch.Tensor],
+        state: Mapping[str, Weight],
         block_size: int,
         device: torch.device,
         dtype: torch.dtype,
@@ -71,7 +73,7 @@ class ModelRunner:
         in position order): what a feature drafter reads."""
         batch = self._batch(items)
         model = self.model
-        hidden = model.run_layers(F.embedding(batch.inputs[0], model.embed), *batch.inputs[1:])
+        hidden = model.run_layers(embedding(batch.inputs[0], model.embed), *batch.inputs[1:])
         feats = model.features(hidden)
         rows = [feats[r : r + len(item.token_ids)] for item, r in zip(items, batch.row_of, strict=True)]
         return model.logits(hidden, batch.logits_rows), batch.first_logit, rows
