@@ -118,10 +118,18 @@ static inline __m128 vsum4(vec a, vec b, vec c, vec d) {
 #define NT 64  /* weight rows per fp32 tile (many rows): 64 x K floats stay in L2 */
 #define HALF (16 / VW) /* vectors per 16 packed nibble bytes */
 
+/* Every f16 value as fp32 (exact: _cvtsh_ss), filled when the library loads: a block's scale
+ * is then one broadcast load, not a load, a conversion and a broadcast (as ggml does). */
+static float f16_table[1 << 16];
+
+__attribute__((constructor)) static void fill_f16_table(void) {
+    for (int i = 0; i < (1 << 16); i++) f16_table[i] = _cvtsh_ss((unsigned short)i);
+}
+
 static inline float f16(const uint8_t* p) {
     uint16_t h;
     memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
+    return f16_table[h];
 }
 
 /* Q4_K: the 6-bit scale and min of sub-block s (ggml's get_scale_min_k4). */
@@ -290,13 +298,16 @@ static inline __attribute__((always_inline)) void store_sums(const vec* acc, int
     const int st = step_of(type);                                                                    \
     size_t step_bytes = (size_t)st * rb / (size_t)K;                                                 \
     int pf_every = step_bytes >= 64 ? 1 : (int)(64 / (step_bytes ? step_bytes : 1));                 \
+    int pf_count = 0;                                                                                \
     int k = 0;                                                                                       \
     for (; k + st <= K; k += st) {                                                                   \
         prep_t pr[NBX];                                                                              \
         for (int j = 0; j < nn; j++) pr[j] = prep(type, rows[j], k);                                 \
-        if (prefetch && (k / st) % pf_every == 0)                                                    \
+        if (prefetch && --pf_count <= 0) { /* one prefetch per cache line of each row PF rows on */ \
+            pf_count = pf_every;                                                                     \
             for (int j = 0; j < NBX; j++)                                                            \
                 _mm_prefetch((const char*)(rows[j] + PF * rb + (size_t)(k / st) * step_bytes), _MM_HINT_T0); \
+        }                                                                                            \
         for (int c = 0; c < st / VW; c++) {                                                          \
             vec wv[NBX];                                                                             \
             for (int j = 0; j < nn; j++) wv[j] = chunk(type, rows[j], k, c, &pr[j]);                 \

@@ -91,6 +91,13 @@ def _load() -> ctypes.CDLL | None:
     return _lib
 
 
+def _kernel() -> ctypes.CDLL:
+    lib = _lib if _tried else _load()
+    if lib is None:
+        raise RuntimeError("the GGUF block kernel is not available here")
+    return lib
+
+
 def available() -> bool:
     return _load() is not None
 
@@ -121,6 +128,8 @@ class QuantWeight:
         if self.data.dtype != torch.uint8 or tuple(self.data.shape) != (n, k // block * size):
             raise ValueError(f"{self.type_name} [{n}, {k}] needs [{n}, {k // block * size}] uint8 bytes")
         self.data = self.data.contiguous()
+        # What each product passes the kernel: type, blocks, bytes a row, N, K.
+        self._call = (self.qtype, self.data.data_ptr(), k // block * size, n, k)
 
     @staticmethod
     def type_names() -> str:
@@ -142,17 +151,16 @@ class QuantWeight:
         return int(self.data.numel())
 
     def _kernel(self) -> ctypes.CDLL:
-        lib = self.lib or _load()
-        if lib is None:
-            raise RuntimeError("the GGUF block kernel is not available here")
-        return lib
+        return self.lib or _kernel()
 
     def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        """``x [M, K] @ W^T (+ bias)`` in fp32, from the blocks; M may be anything (0 too)."""
-        n, k = self.shape
-        if x.dim() != 2 or x.shape[1] != k or x.dtype != torch.float32 or x.device.type != "cpu":
+        """``x [M, K] @ W^T (+ bias)`` in fp32, from the blocks; M may be anything (0 too).
+        (Called ~120 times a decode step of SmolLM2: kept lean.)"""
+        qtype, ptr, row_bytes, n, k = self._call
+        if x.dtype != torch.float32 or not x.is_cpu or x.dim() != 2 or x.shape[1] != k:
             raise ValueError(f"{self.type_name} [{n}, {k}] times x {tuple(x.shape)} {x.dtype} {x.device}")
-        x = x.contiguous()
+        if not x.is_contiguous():
+            x = x.contiguous()
         if bias is not None:
             bias = bias.to(torch.float32).contiguous()
             if tuple(bias.shape) != (n,):
@@ -161,9 +169,9 @@ class QuantWeight:
         y = torch.empty(m, n, dtype=torch.float32)
         if m == 0:
             return y
-        rc = self._kernel().quant_linear(
-            self.qtype, self.data.data_ptr(), self.data.shape[1], x.data_ptr(),
-            None if bias is None else bias.data_ptr(), y.data_ptr(), m, n, k,
+        rc = (self.lib or _kernel()).quant_linear(
+            qtype, ptr, row_bytes, x.data_ptr(), None if bias is None else bias.data_ptr(), y.data_ptr(),
+            m, n, k,
         )  # fmt: skip
         if rc != 0:
             raise RuntimeError(f"quant_linear failed ({rc}) on {self.type_name} [{n}, {k}]")

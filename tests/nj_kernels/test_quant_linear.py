@@ -32,7 +32,7 @@ AVX2 = ["-O3", "-march=native", "-mno-avx512f", "-ffp-contract=off", "-shared", 
 
 
 @pytest.fixture(scope="module", params=["native", "avx2"])
-def kernels(request: pytest.FixtureRequest) -> tuple[ctypes.CDLL, ctypes.CDLL]:
+def kernels(request: pytest.FixtureRequest) -> Libs:
     """(block kernel, skinny fp32 kernel) built for one instruction set."""
     if request.param == "native":
         return quant_linear.bind(quant_linear.build()), ctypes.CDLL(str(cpu_linear.build()))
@@ -41,12 +41,16 @@ def kernels(request: pytest.FixtureRequest) -> tuple[ctypes.CDLL, ctypes.CDLL]:
     return quant_linear.bind(quant_linear.build(flags=AVX2)), skinny
 
 
-def skinny(lib: ctypes.CDLL, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+Libs = tuple[ctypes.CDLL, ctypes.CDLL]
+
+
+def skinny(lib: ctypes.CDLL, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     fn = lib.skinny_linear
     fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 3
     x, w = x.contiguous(), w.contiguous()
     y = torch.empty(x.shape[0], w.shape[0])
-    fn(x.data_ptr(), w.data_ptr(), None if bias is None else bias.data_ptr(), y.data_ptr(), *x.shape[:1], *w.shape)
+    b = None if bias is None else bias.data_ptr()
+    fn(x.data_ptr(), w.data_ptr(), b, y.data_ptr(), x.shape[0], w.shape[0], w.shape[1])
     return y
 
 
@@ -82,7 +86,7 @@ def cols_for(qtype: Q) -> list[int]:
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
-def test_dequantised_values_equal_gguf_bit_for_bit(qtype: Q, kernels: tuple[ctypes.CDLL, ctypes.CDLL]) -> None:
+def test_dequantised_values_equal_gguf_bit_for_bit(qtype: Q, kernels: Libs) -> None:
     for cols in cols_for(qtype):
         w = weight(qtype, 7, cols, kernels[0], seed=cols)
         ours, ref = w.dequantize(), reference(w)
@@ -93,7 +97,7 @@ def test_dequantised_values_equal_gguf_bit_for_bit(qtype: Q, kernels: tuple[ctyp
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
 def test_product_is_the_skinny_kernels_on_the_dequantised_matrix(
-    qtype: Q, kernels: tuple[ctypes.CDLL, ctypes.CDLL]
+    qtype: Q, kernels: Libs
 ) -> None:
     """Bit for bit (same lane-wise accumulation, same horizontal sums), and the float64
     product to fp32 rounding: ``|err| <= 1e-5 * sum_k |x_k w_k| + 1e-6``."""
@@ -113,11 +117,11 @@ def test_product_is_the_skinny_kernels_on_the_dequantised_matrix(
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
-def test_a_rows_result_does_not_depend_on_the_row_count(qtype: Q, kernels: tuple[ctypes.CDLL, ctypes.CDLL]) -> None:
+def test_a_rows_result_does_not_depend_on_the_row_count(qtype: Q, kernels: Libs) -> None:
     """What keeps speculation exact against the same weights: every row count (1..64, across
     the in-register and tiled paths) gives each row the bits it gets alone."""
     cols = 512 if qtype in (Q.Q4_K, Q.Q6_K) else 576
-    w = weight(qtype, 75, cols, kernels[0])  # 75: blocks of 4 and 2 weight rows, a tile of 64 and a partial one
+    w = weight(qtype, 75, cols, kernels[0])  # 75 rows: blocks of 4 and 2, a tile of 64 and a partial one
     x = torch.randn(64, cols, generator=torch.Generator().manual_seed(1))
     alone = torch.cat([w.linear(x[i : i + 1]) for i in range(64)])
     for m in [*range(1, 33), 40, 64]:
@@ -153,9 +157,11 @@ def test_rows_selected_and_stacked_stay_blocks_and_multiply_alike() -> None:
     assert isinstance(same, QuantWeight) and same.shape == (12, 64)
     assert torch.equal(same.linear(x), torch.cat([a.linear(x), b.linear(x)], dim=1))
     mixed = stack([a, c])
-    assert isinstance(mixed, StackedWeight) and mixed.shape == (12, 64) and mixed.nbytes == a.nbytes + c.nbytes
+    assert isinstance(mixed, StackedWeight) and mixed.shape == (12, 64)
+    assert mixed.nbytes == a.nbytes + c.nbytes
     bias = torch.randn(12)
-    assert torch.equal(mixed.linear(x, bias), torch.cat([a.linear(x, bias[:8]), c.linear(x, bias[8:])], dim=1))
+    parts = torch.cat([a.linear(x, bias[:8]), c.linear(x, bias[8:])], dim=1)
+    assert torch.equal(mixed.linear(x, bias), parts)
     order = torch.tensor([3, 0, 7])
     assert torch.equal(a.select_rows(order).dequantize(), a.dequantize()[order])
 

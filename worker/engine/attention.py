@@ -5,7 +5,9 @@ with decode rows, a verify of γ+1 rows with others of γ+1, each prefill chunk 
 decode row is never padded to a long prefill chunk. Everything that depends only on the batch
 (block lists, masks) is built once per step in ``AttentionGroup`` and reused by every layer.
 
-On CUDA the group calls ``nj_kernels.paged_attention.paged_attention`` (Triton). The CPU path
+On CUDA the group calls ``nj_kernels.paged_attention.paged_attention`` (Triton). A group planned
+``invariant`` (a model served from GGUF blocks) runs ``nj_kernels.cpu_attention``: each row by
+itself, so its output does not depend on the rows around it. Otherwise the CPU path
 gathers whole pages with one ``index_select`` over the layer's joint key/value tensor (pages
 are contiguous, so this copies large runs instead of single rows) and runs SDPA with the
 query heads of each KV head stacked as rows, which avoids expanding keys and values.
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from nj_kernels.cpu_attention import paged_attention_rows
 from nj_kernels.paged_attention import paged_attention
 
 
@@ -34,6 +37,7 @@ class AttentionGroup:
     query_lens: torch.Tensor  # [B] int32
     block_ids: torch.Tensor  # [B * pages] int64: pages to gather on the torch path
     mask: torch.Tensor  # [B, 1, Q * G, pages * block_size] additive, rows ordered (query, head)
+    invariant: bool = False  # CPU: the row-invariant kernel (no mask needed)
 
     @property
     def num_rows(self) -> int:
@@ -49,15 +53,18 @@ def plan_group(
     group_size: int,
     device: torch.device,
     dtype: torch.dtype,
+    invariant: bool = False,
 ) -> AttentionGroup:
     """Plan attention for sequences that each send ``num_queries`` rows ending at their
-    context length. ``group_size`` is query heads per KV head."""
+    context length. ``group_size`` is query heads per KV head; ``invariant`` (CPU): every row
+    attended by itself (``nj_kernels.cpu_attention``)."""
     b = len(tables)
     pages = (max(context_lens) + block_size - 1) // block_size
     padded = [t[:pages] + [0] * (pages - len(t[:pages])) for t in tables]
     block_tables = torch.tensor(padded, dtype=torch.int32, device=device)
     ctx = torch.tensor(context_lens, dtype=torch.int32, device=device)
-    if device.type == "cuda":
+    invariant = invariant and device.type == "cpu"
+    if device.type == "cuda" or invariant:
         mask = torch.empty(0, device=device)  # the kernel masks by itself
     else:
         key_pos = torch.arange(pages * block_size, device=device)
@@ -75,6 +82,7 @@ def plan_group(
         query_lens=torch.full((b,), num_queries, dtype=torch.int32, device=device),
         block_ids=block_tables.flatten().long(),
         mask=mask,
+        invariant=invariant,
     )
 
 
@@ -98,6 +106,8 @@ def group_attention(
             scale,
         )
         return out.reshape(b * nq, h, d)
+    if group.invariant:
+        return paged_attention_rows(q, kv_layer, group.block_tables, group.context_lens, nq, scale)
     kvh = kv_layer.shape[3]
     g = h // kvh
     pages = kv_layer.index_select(1, group.block_ids).view(2, b, -1, kvh, d)

@@ -9,6 +9,7 @@ from typing import Any
 
 from worker.engine.config import DEFAULT_KV_BYTES, EngineConfig
 from worker.engine.engine import LLMEngine
+from worker.engine.gguf_file import GGUFFile
 from worker.engine.gguf_weights import describe
 from worker.engine.kv_cache import bytes_per_block
 from worker.engine.model_config import ModelConfig
@@ -112,7 +113,7 @@ def load_tokenizer(path: Path, gguf_file: str | None = None) -> Any:
 
     if any((path / name).exists() for name in _TOKENIZER_FILES):
         return AutoTokenizer.from_pretrained(str(path))  # beside a GGUF: the same tokenizer, saved
-    if gguf_file is not None:
+    if gguf_file is not None and "tokenizer.ggml.model" in GGUFFile(path / gguf_file).metadata:
         return AutoTokenizer.from_pretrained(str(path), gguf_file=gguf_file)
     return None
 

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import torch
 
+from nj_kernels import cpu_attention
 from nj_kernels.cpu_linear import embedding
-from nj_kernels.quant_linear import Weight
+from nj_kernels.quant_linear import QuantWeight, Weight
 from worker.engine.attention import AttentionGroup, plan_group
 from worker.engine.config import DEFAULT_KV_BYTES
 from worker.engine.kv_cache import KVCache, blocks_for_budget
@@ -38,6 +39,8 @@ class ForwardItem:
 
 
 class ModelRunner:
+    row_invariant = False  # attention planned row by row (nj_kernels.cpu_attention)
+
     def __init__(
         self,
         config: ModelConfig,
@@ -53,6 +56,13 @@ class ModelRunner:
         self.device, self.dtype = device, dtype
         self.model = DecoderModel(config, state, device, dtype)
         self.weight_bytes = self.model.weight_bytes()
+        # GGUF blocks on CPU: attention row by row too, so a position's logits never depend
+        # on the rows computed with it (the block kernel's products already do not).
+        self.row_invariant = (
+            device.type == "cpu"
+            and any(isinstance(w, QuantWeight) for w in state.values())
+            and cpu_attention.supports(config.num_heads, config.num_kv_heads, config.head_dim)
+        )
         if num_blocks is None:
             budget = memory_budget_bytes or self.weight_bytes + default_kv_bytes
             num_blocks = blocks_for_budget(config, block_size, dtype, budget, self.weight_bytes)
@@ -103,6 +113,7 @@ class ModelRunner:
                         self.group_size,
                         self.device,
                         self.dtype,
+                        self.row_invariant,
                     )
                 )
                 pending.clear()

@@ -48,7 +48,9 @@ def random_kquant_blocks(qtype: Q, rows: int, cols: int, rng: np.random.Generato
     return raw.reshape(rows, -1)
 
 
-def write_gguf(model: Any, path: Path, qtype: Q = Q.F32, types: dict[str, Q] | None = None, seed: int = 0) -> Path:
+def write_gguf(
+    model: Any, path: Path, qtype: Q = Q.F32, types: dict[str, Q] | None = None, seed: int = 0
+) -> Path:
     """The model's weights as ``path``: matrices in ``qtype`` (``types`` overrides it per GGUF
     tensor name), vectors in F32. K-quant matrices are random blocks of the model's shapes."""
     cfg = model.config
@@ -86,7 +88,8 @@ def write_gguf(model: Any, path: Path, qtype: Q = Q.F32, types: dict[str, Q] | N
         if kind in (Q.Q4_K, Q.Q6_K):
             writer.add_tensor(names[name], random_kquant_blocks(kind, *w.shape, rng), raw_dtype=kind)
         elif kind in QUANTISABLE and kind not in (Q.F32, Q.F16):
-            writer.add_tensor(names[name], gguf.quants.quantize(np.ascontiguousarray(w), kind), raw_dtype=kind)
+            blocks = gguf.quants.quantize(np.ascontiguousarray(w), kind)
+            writer.add_tensor(names[name], blocks, raw_dtype=kind)
         elif kind == Q.F16:
             writer.add_tensor(names[name], np.ascontiguousarray(w.astype(np.float16)))
         else:

@@ -1,0 +1,211 @@
+/* Causal attention of query rows over the paged KV cache, one row at a time, in fp32, on a CPU
+ * with AVX2+FMA (AVX-512 where the compiler targets it). Built and loaded by
+ * nj_kernels/cpu_attention.py.
+ *
+ * Why: torch's scaled_dot_product_attention rounds a row differently depending on how many
+ * query rows share the call and how far the batch pads the keys (its GEMMs take M-dependent
+ * paths), so a position's output in a verification of γ+1 rows could differ from a decode
+ * step's. Here every (row, head) is computed by the same fixed sequence of operations, which
+ * depends only on the row's own position and the cached keys and values it attends to:
+ *   s_t = scale * dot(q, k_t)   for t = 0..p (dot: lane-wise FMAs over D, one fixed reduction)
+ *   e_t = exp(s_t - max_t s_t)  (a fixed polynomial exp), Z = sum of e_t (lane-wise, fixed)
+ *   out = (sum_t e_t * v_t) / Z (FMAs in t order)
+ * so the output of a row does not depend on the rows, sequences or padding around it.
+ *
+ * Layout: q rows [T, H, D] with row stride q_stride floats; the layer's cache [2][NB][BS][KVH][D]
+ * (keys then values); tables [B][MAXB] int32; ctx [B] int32 (tokens cached including this
+ * step's rows); row r belongs to sequence r / NQ and sits at position ctx - NQ + r % NQ. Query
+ * head h reads KV head h / (H / KVH).
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if !defined(__AVX2__) || !defined(__FMA__)
+#error "cpu_attention needs AVX2 and FMA"
+#endif
+
+#if defined(__AVX512F__)
+typedef __m512 vec;
+typedef __m512i ivec;
+#define VW 16
+#define VZERO() _mm512_setzero_ps()
+#define VLOAD(p) _mm512_loadu_ps(p)
+#define VSTORE(p, v) _mm512_storeu_ps(p, v)
+#define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define VMUL(a, b) _mm512_mul_ps(a, b)
+#define VADD(a, b) _mm512_add_ps(a, b)
+#define VSUB(a, b) _mm512_sub_ps(a, b)
+#define VMAX(a, b) _mm512_max_ps(a, b)
+#define VSET1(s) _mm512_set1_ps(s)
+#define VROUND(x) _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define VCVTI(x) _mm512_cvtps_epi32(x)
+#define ISLL23(i) _mm512_slli_epi32(i, 23)
+#define IADD(a, b) _mm512_add_epi32(a, b)
+#define ISET1(s) _mm512_set1_epi32(s)
+#define ICAST(i) _mm512_castsi512_ps(i)
+static inline vec vload_n(const float* p, int n) { return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1u), p); }
+static inline void vstore_n(float* p, vec v, int n) { _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), v); }
+static inline float hsum(vec v) {
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+static inline float hmax(vec v) { return _mm512_reduce_max_ps(v); }
+static inline vec vselect_lt(vec x, float lim, vec a, vec b) { /* x < lim ? a : b */
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, VSET1(lim), _CMP_LT_OQ), b, a);
+}
+#else
+typedef __m256 vec;
+typedef __m256i ivec;
+#define VW 8
+#define VZERO() _mm256_setzero_ps()
+#define VLOAD(p) _mm256_loadu_ps(p)
+#define VSTORE(p, v) _mm256_storeu_ps(p, v)
+#define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define VMUL(a, b) _mm256_mul_ps(a, b)
+#define VADD(a, b) _mm256_add_ps(a, b)
+#define VSUB(a, b) _mm256_sub_ps(a, b)
+#define VMAX(a, b) _mm256_max_ps(a, b)
+#define VSET1(s) _mm256_set1_ps(s)
+#define VROUND(x) _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define VCVTI(x) _mm256_cvtps_epi32(x)
+#define ISLL23(i) _mm256_slli_epi32(i, 23)
+#define IADD(a, b) _mm256_add_epi32(a, b)
+#define ISET1(s) _mm256_set1_epi32(s)
+#define ICAST(i) _mm256_castsi256_ps(i)
+static inline vec vload_n(const float* p, int n) {
+    float buf[VW] = {0};
+    memcpy(buf, p, sizeof(float) * (size_t)n);
+    return _mm256_loadu_ps(buf);
+}
+static inline void vstore_n(float* p, vec v, int n) {
+    float buf[VW];
+    _mm256_storeu_ps(buf, v);
+    memcpy(p, buf, sizeof(float) * (size_t)n);
+}
+static inline float hsum(vec v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+static inline float hmax(vec v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+static inline vec vselect_lt(vec x, float lim, vec a, vec b) {
+    return _mm256_blendv_ps(b, a, _mm256_cmp_ps(x, VSET1(lim), _CMP_LT_OQ));
+}
+#endif
+
+/* exp(x) for x <= 0 (Cephes' expf polynomial, ~1 ulp): x = n ln2 + r, |r| <= ln2/2. */
+static inline vec vexp(vec x) {
+    vec n = VROUND(VMUL(x, VSET1(1.44269504088896341f)));
+    vec r = VFMA(n, VSET1(-0.693359375f), x);
+    r = VFMA(n, VSET1(2.12194440e-4f), r);
+    vec p = VSET1(1.9875691500e-4f);
+    p = VFMA(p, r, VSET1(1.3981999507e-3f));
+    p = VFMA(p, r, VSET1(8.3334519073e-3f));
+    p = VFMA(p, r, VSET1(4.1665795894e-2f));
+    p = VFMA(p, r, VSET1(1.6666665459e-1f));
+    p = VFMA(p, r, VSET1(5.0000001201e-1f));
+    p = VFMA(p, VMUL(r, r), VADD(r, VSET1(1.0f)));
+    vec scale = ICAST(ISLL23(IADD(VCVTI(n), ISET1(127))));
+    return vselect_lt(x, -87.0f, VZERO(), VMUL(p, scale)); /* below: 0 (2^-126 > e^-87.3) */
+}
+
+static inline float dot(const float* a, const float* b, int D) {
+    vec acc = VZERO();
+    int d = 0;
+    for (; d + VW <= D; d += VW) acc = VFMA(VLOAD(a + d), VLOAD(b + d), acc);
+    if (d < D) acc = VFMA(vload_n(a + d, D - d), vload_n(b + d, D - d), acc);
+    return hsum(acc);
+}
+
+#define MAXG 16 /* query heads per KV head handled at once */
+#define MAXD 256
+
+/* One position p of one sequence, the G query heads q[g] (D floats each) of one KV head. */
+static void attend(const float* const* q, float* const* out, int G, const float* kbase, const float* vbase,
+                   const int32_t* table, int p, int BS, int KVH, int kvh, int D, float scale, float* s) {
+    const size_t tok = (size_t)KVH * D; /* floats between consecutive tokens of a block */
+    const int L = p + 1;
+    for (int t = 0; t < L; t++) {
+        const size_t at = ((size_t)table[t / BS] * BS + t % BS) * tok + (size_t)kvh * D;
+        for (int g = 0; g < G; g++) s[(size_t)g * L + t] = dot(q[g], kbase + at, D) * scale;
+    }
+    float inv[MAXG];
+    for (int g = 0; g < G; g++) {
+        float* sg = s + (size_t)g * L;
+        vec mv = VSET1(-INFINITY);
+        int t = 0;
+        for (; t + VW <= L; t += VW) mv = VMAX(mv, VLOAD(sg + t));
+        float m = hmax(mv);
+        for (; t < L; t++) m = sg[t] > m ? sg[t] : m;
+        vec zv = VZERO();
+        for (t = 0; t + VW <= L; t += VW) {
+            vec e = vexp(VSUB(VLOAD(sg + t), VSET1(m)));
+            VSTORE(sg + t, e);
+            zv = VADD(zv, e);
+        }
+        if (t < L) {
+            vstore_n(sg + t, vexp(VSUB(vload_n(sg + t, L - t), VSET1(m))), L - t);
+            zv = VADD(zv, vload_n(sg + t, L - t)); /* the lanes past L add 0 */
+        }
+        inv[g] = 1.0f / hsum(zv);
+    }
+    vec acc[MAXG][MAXD / VW];
+    const int nv = (D + VW - 1) / VW;
+    for (int g = 0; g < G; g++)
+        for (int c = 0; c < nv; c++) acc[g][c] = VZERO();
+    for (int t = 0; t < L; t++) {
+        const float* v = vbase + ((size_t)table[t / BS] * BS + t % BS) * tok + (size_t)kvh * D;
+        for (int c = 0; c < nv; c++) {
+            int n = D - c * VW < VW ? D - c * VW : VW;
+            vec vv = n == VW ? VLOAD(v + c * VW) : vload_n(v + c * VW, n);
+            for (int g = 0; g < G; g++) acc[g][c] = VFMA(VSET1(s[(size_t)g * L + t]), vv, acc[g][c]);
+        }
+    }
+    for (int g = 0; g < G; g++)
+        for (int c = 0; c < nv; c++) {
+            int n = D - c * VW < VW ? D - c * VW : VW;
+            vec o = VMUL(acc[g][c], VSET1(inv[g]));
+            if (n == VW) VSTORE(out[g] + c * VW, o);
+            else vstore_n(out[g] + c * VW, o, n);
+        }
+}
+
+/* Returns 0; -1 for shapes it does not take (more than MAXG query heads per KV head, D over
+ * MAXD), -2 when the scratch cannot be allocated. */
+int paged_attention_rows(const float* q, long q_stride, const float* cache, const int32_t* tables,
+                         const int32_t* ctx, float* out, int B, int NQ, int H, int KVH, int D, int NB,
+                         int BS, int MAXB, float scale) {
+    const int G = H / KVH;
+    if (G > MAXG || D > MAXD || G * KVH != H) return -1;
+    int maxctx = 0;
+    for (int b = 0; b < B; b++) maxctx = ctx[b] > maxctx ? ctx[b] : maxctx;
+    float* s = (float*)malloc(sizeof(float) * (size_t)G * (size_t)(maxctx + VW));
+    if (!s) return -2;
+    const float* kbase = cache;
+    const float* vbase = cache + (size_t)NB * BS * KVH * D;
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < NQ; j++) {
+            const int r = b * NQ + j, p = ctx[b] - NQ + j;
+            for (int kvh = 0; kvh < KVH; kvh++) {
+                const float* qs[MAXG];
+                float* os[MAXG];
+                for (int g = 0; g < G; g++) {
+                    qs[g] = q + (size_t)r * q_stride + (size_t)(kvh * G + g) * D;
+                    os[g] = out + ((size_t)r * H + (size_t)(kvh * G + g)) * D;
+                }
+                attend(qs, os, G, kbase, vbase, tables + (size_t)b * MAXB, p, BS, KVH, kvh, D, scale, s);
+            }
+        }
+    free(s);
+    return 0;
+}
