@@ -18,6 +18,7 @@
  * give every row the same bits (and the same bits as skinny_linear on the dequantised matrix).
  */
 #include <immintrin.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -414,10 +415,10 @@ static inline __attribute__((always_inline)) void dequant_row(int type, const ui
  * MBT input rows (L1) runs over the tile's NB-row blocks with the same accumulation order. */
 static inline __attribute__((always_inline)) void run_tiled(
     int type, const uint8_t* w, size_t rb, const float* x, const float* bias, float* y, int M, int N, int K,
-    float* tile) {
+    float* tile, int n_begin, int n_end) {
     const size_t trb = sizeof(float) * (size_t)K;
-    for (int t0 = 0; t0 < N; t0 += NT) {
-        int tn = N - t0 < NT ? N - t0 : NT;
+    for (int t0 = n_begin; t0 < n_end; t0 += NT) {
+        int tn = n_end - t0 < NT ? n_end - t0 : NT;
         for (int j = 0; j < tn; j++) dequant_row(type, w + (size_t)(t0 + j) * rb, K, tile + (size_t)j * K);
         for (int m0 = 0; m0 < M; m0 += MBT) {
             int mn = M - m0 < MBT ? M - m0 : MBT;
@@ -458,16 +459,48 @@ static inline __attribute__((always_inline)) void run_tiled(
     }                                                                                                  \
     static __attribute__((noinline)) void tiled_##T(const uint8_t* w, size_t rb, const float* x,       \
                                                     const float* bias, float* y, int M, int N, int K,  \
-                                                    float* tile) {                                     \
-        run_tiled(T, w, rb, x, bias, y, M, N, K, tile);                                                \
+                                                    float* tile, int n_begin, int n_end) {             \
+        run_tiled(T, w, rb, x, bias, y, M, N, K, tile, n_begin, n_end);                                \
     }
 TYPES(DEFINE)
 #undef DEFINE
 
-/* y = x @ dequant(w)^T (+ bias). Returns 0, or -1 for a type it does not know, -2 when the
- * tile for many rows cannot be allocated. */
+/* The tiled path over output columns [n_begin, n_end): one thread's share. */
+typedef struct {
+    int type;
+    const uint8_t* w;
+    size_t rb;
+    const float *x, *bias;
+    float* y;
+    int M, N, K, n_begin, n_end, rc;
+} share_t;
+
+static void* run_share(void* arg) {
+    share_t* s = (share_t*)arg;
+    float* tile = (float*)aligned_alloc(64, (sizeof(float) * (size_t)NT * (size_t)s->K + 63) / 64 * 64);
+    if (!tile) {
+        s->rc = -2;
+        return NULL;
+    }
+    switch (s->type) {
+#define CASE(T)                                                                                 \
+    case T: tiled_##T(s->w, s->rb, s->x, s->bias, s->y, s->M, s->N, s->K, tile, s->n_begin, s->n_end); break;
+        TYPES(CASE)
+#undef CASE
+        default: s->rc = -1;
+    }
+    free(tile);
+    return NULL;
+}
+
+#define MAX_THREADS 64
+
+/* y = x @ dequant(w)^T (+ bias). Many rows (the tiled path) split the output columns, a
+ * multiple of NT each, over up to `threads` threads: every output is still computed by the same
+ * operations, so the result does not depend on the thread count either. Returns 0, or -1 for a
+ * type it does not know, -2 when a tile or a thread cannot be had. */
 int quant_linear(int type, const uint8_t* w, size_t row_bytes, const float* x, const float* bias, float* y,
-                 int M, int N, int K) {
+                 int M, int N, int K, int threads) {
     if (M <= MBR) {
         switch (type) {
 #define CASE(T) case T: reg_##T(w, row_bytes, x, bias, y, M, N, K); return 0;
@@ -484,16 +517,25 @@ int quant_linear(int type, const uint8_t* w, size_t row_bytes, const float* x, c
             default: return -1;
         }
     }
-    float* tile = (float*)aligned_alloc(64, (sizeof(float) * (size_t)NT * (size_t)K + 63) / 64 * 64);
-    if (!tile) return -2;
-    int rc = 0;
-    switch (type) {
-#define CASE(T) case T: tiled_##T(w, row_bytes, x, bias, y, M, N, K, tile); break;
-        TYPES(CASE)
-#undef CASE
-        default: rc = -1;
+    int tiles = (N + NT - 1) / NT;
+    int t = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
+    if (t > tiles) t = tiles;
+    share_t shares[MAX_THREADS];
+    pthread_t ids[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+    for (int i = 0; i < t; i++) {
+        int a = (int)((long)tiles * i / t) * NT, b = (int)((long)tiles * (i + 1) / t) * NT;
+        shares[i] = (share_t){type, w, row_bytes, x, bias, y, M, N, K, a, b < N ? b : N, 0};
     }
-    free(tile);
+    for (int i = 1; i < t; i++) started[i] = pthread_create(&ids[i], NULL, run_share, &shares[i]) == 0;
+    for (int i = 1; i < t; i++)
+        if (!started[i]) run_share(&shares[i]); /* no thread to be had: this one does it */
+    run_share(&shares[0]);
+    int rc = shares[0].rc;
+    for (int i = 1; i < t; i++) {
+        if (started[i]) pthread_join(ids[i], NULL);
+        if (shares[i].rc) rc = shares[i].rc;
+    }
     return rc;
 }
 

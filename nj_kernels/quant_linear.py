@@ -38,7 +38,7 @@ from nj_kernels.cbuild import compile_cached
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("quant_linear.c")
-FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-shared", "-fPIC"]
+FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-pthread", "-shared", "-fPIC"]
 
 # GGML type id -> (name, elements per block, bytes per block): the types the kernel reads.
 TYPES: dict[int, tuple[str, int, int]] = {
@@ -52,6 +52,8 @@ TYPES: dict[int, tuple[str, int, int]] = {
     14: ("Q6_K", 256, 210),
 }
 TYPE_IDS = {name: t for t, (name, _, _) in TYPES.items()}
+
+FEW_ROWS = 8  # up to this many rows the kernel dequantises in registers, on one thread (MBR2 on AVX-512)
 
 _lib: ctypes.CDLL | None = None
 _tried = False
@@ -67,7 +69,7 @@ def bind(path: Path) -> ctypes.CDLL:
     """Load a built kernel and declare its functions."""
     lib = ctypes.CDLL(str(path))
     i, p, n = ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t
-    lib.quant_linear.argtypes = [i, p, n, p, p, p, i, i, i]  # type, w, row bytes, x, bias, y, M, N, K
+    lib.quant_linear.argtypes = [i, p, n, p, p, p, i, i, i, i]  # type, w, row bytes, x, bias, y, M, N, K, threads
     lib.quant_linear.restype = ctypes.c_int
     lib.quant_dequant_rows.argtypes = [i, p, n, p, i, i, p]  # type, w, row bytes, ids, n, K, out
     lib.quant_dequant_rows.restype = ctypes.c_int
@@ -171,7 +173,7 @@ class QuantWeight:
             return y
         rc = (self.lib or _kernel()).quant_linear(
             qtype, ptr, row_bytes, x.data_ptr(), None if bias is None else bias.data_ptr(), y.data_ptr(),
-            m, n, k,
+            m, n, k, torch.get_num_threads() if m > FEW_ROWS else 1,
         )  # fmt: skip
         if rc != 0:
             raise RuntimeError(f"quant_linear failed ({rc}) on {self.type_name} [{n}, {k}]")

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 TYPES = [*QUANTISABLE, Q.Q4_K, Q.Q6_K]
-AVX2 = ["-O3", "-march=native", "-mno-avx512f", "-ffp-contract=off", "-shared", "-fPIC"]
+AVX2 = ["-O3", "-march=native", "-mno-avx512f", "-ffp-contract=off", "-pthread", "-shared", "-fPIC"]
 
 
 @pytest.fixture(scope="module", params=["native", "avx2"])
@@ -128,6 +128,23 @@ def test_a_rows_result_does_not_depend_on_the_row_count(qtype: Q, kernels: Libs)
         assert torch.equal(w.linear(x[:m]), alone[:m]), f"{qtype.name}: {m} rows"
     shuffled = torch.randperm(64, generator=torch.Generator().manual_seed(2))
     assert torch.equal(w.linear(x[shuffled]), alone[shuffled])
+
+
+def test_threads_split_the_columns_without_changing_a_bit(kernels: Libs) -> None:
+    """Many rows run over the torch thread count (columns split by tiles of 64): the same bits
+    on 1, 2 or 3 threads, and the few-row paths stay on one."""
+    w = weight(Q.Q4_1, 200, 576, kernels[0])
+    x = torch.randn(24, 576, generator=torch.Generator().manual_seed(3))
+    before = torch.get_num_threads()
+    try:
+        got = []
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            got.append(w.linear(x, torch.arange(200, dtype=torch.float32)))
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(got[0], got[1]) and torch.equal(got[0], got[2])
+    assert torch.equal(got[0][:1], w.linear(x[:1], torch.arange(200, dtype=torch.float32)))
 
 
 def test_shapes_bias_and_inputs() -> None:
