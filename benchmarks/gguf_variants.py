@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-FILE_TYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "BF16": 32}  # general.file_type (llama_ftype)
+# general.file_type (llama.cpp's llama_ftype) of a file whose matrices are all of one type
+FILE_TYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "BF16": 32}
 
 
 def write_variant(src: Path, dst: Path, qtype: str) -> Path:
@@ -60,7 +61,8 @@ def write_variant(src: Path, dst: Path, qtype: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.gguf_variants", description=__doc__.splitlines()[0])
+    doc = (__doc__ or "").splitlines()[0]
+    p = argparse.ArgumentParser(prog="python -m benchmarks.gguf_variants", description=doc)
     p.add_argument("src", type=Path)
     p.add_argument("dst", type=Path)
     p.add_argument("type", choices=sorted(FILE_TYPES))

@@ -58,8 +58,9 @@ def runners(model: Path, precisions: list[str], blocks: int) -> dict[str, ModelR
             engine = load_engine(model, num_blocks=blocks, dtype="float32", ngram=False)
         else:
             if source is None:
-                raise SystemExit(f"{model} holds no GGUF file to make {p} from (run `nightjar models smollm2`)")
-            path = source if p in source.name else write_variant(source, VARIANTS_DIR / f"{model.name}.{p}.gguf", p)
+                raise SystemExit(f"{model} holds no GGUF file (run `nightjar models smollm2`)")
+            variant = VARIANTS_DIR / f"{model.name}.{p}.gguf"
+            path = source if p in source.name else write_variant(source, variant, p)
             engine = load_engine(path, num_blocks=blocks, ngram=False)
         print(f"{p}: {engine.weights}, {engine.runner.weight_bytes / 1e6:.0f} MB of weights", flush=True)
         out[p] = engine.runner
@@ -82,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     blocks = max(args.batches) * (-(-(args.context + max(args.rows)) // block_size)) + 1
     run = runners(args.model, args.precisions.split(","), blocks)
     load = os.getloadavg()
-    print(f"\n{args.model.name}, {args.threads} torch thread(s), context {args.context}; ms of thread CPU time, "
-          f"median of {args.rounds} rounds; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")  # fmt: skip
+    print(f"\n{args.model.name}, {args.threads} torch thread(s), context {args.context}; ms of thread "
+          f"CPU time, median of {args.rounds} rounds; load average {' '.join(f'{x:.1f}' for x in load)}")
     names = list(run)
     print("| batch | rows / seq | " + " | ".join(f"{n} ms" for n in names) + " | "
           + " | ".join(f"{n} × decode" for n in names) + " |")  # fmt: skip

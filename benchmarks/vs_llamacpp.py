@@ -55,8 +55,8 @@ def shared_dir() -> Path | None:
     """``../shared`` beside the repository (for a git worktree: beside its main checkout)."""
     candidates = [REPO.parent / "shared"]
     try:
-        common = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--git-common-dir"],
-                                capture_output=True, text=True, timeout=10, check=False).stdout.strip()  # fmt: skip
+        cmd = ["git", "-C", str(REPO), "rev-parse", "--git-common-dir"]
+        common = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=False).stdout.strip()
         if common:
             candidates.append((REPO / common).resolve().parent.parent / "shared")
     except (OSError, subprocess.SubprocessError):
@@ -131,7 +131,9 @@ def prompts(data: Path, model: Path, max_tokens: int, count: int, seed: int) -> 
     return out
 
 
-async def closed_loop(base_url: str, items: list[WorkloadItem], users: int, per_user: int, tokens: int) -> Round:
+async def closed_loop(
+    base_url: str, items: list[WorkloadItem], users: int, per_user: int, tokens: int
+) -> Round:
     """``users`` users each sending ``per_user`` requests back to back; records and wall time."""
     opts = ClientOptions(endpoint="chat", temperature=0.0, ignore_eos=True)
     limits = httpx.Limits(max_connections=users, max_keepalive_connections=users, keepalive_expiry=2.0)
@@ -176,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--precisions", default="Q4_1,F32")
     p.add_argument("--users", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 32])
     p.add_argument("--tokens", type=int, default=64)
-    p.add_argument("--requests", type=int, default=8, help="requests per user count and round (at least one a user)")
+    p.add_argument("--requests", type=int, default=8, help="requests a round (at least one a user)")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--core", default="1", help="the core both servers are pinned to (taskset -c)")
     p.add_argument("--max-prompt", type=int, default=256)
@@ -188,8 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     shared = shared_dir()
     llama = args.llama_server or (shared / LLAMA if shared else None)
     if llama is None or not llama.is_file() or not os.access(llama, os.X_OK):
-        print(f"llama-server not found ({llama or '../shared/anchors/llama.cpp/llama-server'}): nothing to compare "
-              "against; pass --llama-server PATH (its README says how it was built)")  # fmt: skip
+        where = llama or "../shared/anchors/llama.cpp/llama-server"
+        print(f"llama-server not found ({where}): nothing to compare against; pass --llama-server PATH "
+              "(../shared/anchors/llama.cpp/README.md says how that one was built)")  # fmt: skip
         return 0
     data = args.data or (shared / SHAREGPT if shared else None)
     if data is None or not data.is_file():
@@ -208,20 +211,24 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()
     print(f"core {args.core}, 1 thread each, {args.tokens} tokens, EOS ignored, temperature 0; "
           f"{len(items)} ShareGPT prompts of <= {args.max_prompt} tokens; {args.rounds} alternating rounds; "
-          f"nightjar --policy {args.policy}; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; logs {log_dir}")  # fmt: skip
-    print("| weights | users | nightjar tok/s | llama tok/s | tok/s ratio | nightjar TTFT ms | llama TTFT ms | "
-          "TTFT ratio | nightjar TPOT ms | llama TPOT ms | TPOT ratio | errors |")  # fmt: skip
+          f"nightjar --policy {args.policy}; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; "
+          f"logs {log_dir}")  # fmt: skip
+    print("| weights | users | nightjar tok/s | llama tok/s | tok/s ratio | nightjar TTFT ms | llama TTFT ms "
+          "| TTFT ratio | nightjar TPOT ms | llama TPOT ms | TPOT ratio | errors |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for precision in args.precisions.split(","):
         path = gguf_of(source, args.model.name, "F32" if precision == "fp32" else precision)
         lport, nport = free_port(), free_port()
-        lcmd = ["taskset", "-c", args.core, str(llama), "-m", str(path), "--host", "127.0.0.1", "--port", str(lport),
-                "-t", "1", "-tb", "1", "-c", str(max(users) * (args.max_prompt + args.tokens + 64)),
+        lcmd = ["taskset", "-c", args.core, str(llama), "-m", str(path), "--host", "127.0.0.1",
+                "--port", str(lport), "-t", "1", "-tb", "1",
+                "-c", str(max(users) * (args.max_prompt + args.tokens + 64)),
                 "-np", str(max(users))]  # fmt: skip
         ncmd = nightjar_cmd(args, path, nport, max(users), precision == "fp32")
-        with started("llama-server", lcmd, "ok", lport, log_dir) as ls:
-            with started("nightjar", ncmd, "workers", nport, log_dir) as ns:
-                compare(precision, [ns, ls], items, users, args)
+        with (
+            started("llama-server", lcmd, "ok", lport, log_dir) as ls,
+            started("nightjar", ncmd, "workers", nport, log_dir) as ns,
+        ):
+            compare(precision, [ns, ls], items, users, args)
     return 0
 
 
@@ -240,7 +247,8 @@ def nightjar_cmd(args: argparse.Namespace, path: Path, port: int, users: int, to
     if args.policy == "static":
         policy = ["--policy", "static", "--set", "gamma=0", "--no-profile", "--drafter", "none", "--no-ngram"]
     else:  # the default policy with the model's bundled drafters
-        heads = [MODELS_DIR / d for d in BUNDLED_DRAFTERS.get(args.model.name, ()) if (MODELS_DIR / d).is_dir()]
+        names = BUNDLED_DRAFTERS.get(args.model.name, ())
+        heads = [MODELS_DIR / d for d in names if (MODELS_DIR / d).is_dir()]
         policy = ["--policy", args.policy, *[f"--drafter={h}" for h in heads]]
     return ["taskset", "-c", args.core, sys.executable, "-m", "nightjar", "--log-level", "warning", "up",
             "--model", *model, "--port", str(port), "--threads", "1", "--max-jobs", str(users),
@@ -257,12 +265,13 @@ def compare(precision: str, servers: list[Server], items: list[WorkloadItem], us
         per_user = max(1, args.requests // u)
         for r in range(args.rounds):
             for s in servers if r % 2 == 0 else servers[::-1]:
-                s.rounds.setdefault(u, []).append(asyncio.run(closed_loop(s.base_url, items, u, per_user, args.tokens)))
+                got = asyncio.run(closed_loop(s.base_url, items, u, per_user, args.tokens))
+                s.rounds.setdefault(u, []).append(got)
         n, lf = figures(ns.rounds[u]), figures(ls.rounds[u])
         print(f"| {precision} | {u} | {n.tok_s:.1f} | {lf.tok_s:.1f} | {n.tok_s / lf.tok_s:.2f}x | "
               f"{n.ttft_ms:.0f} | {lf.ttft_ms:.0f} | {lf.ttft_ms / n.ttft_ms:.2f}x | "
-              f"{n.tpot_ms:.1f} | {lf.tpot_ms:.1f} | {lf.tpot_ms / n.tpot_ms:.2f}x | {n.errors + lf.errors} |",
-              flush=True)  # fmt: skip
+              f"{n.tpot_ms:.1f} | {lf.tpot_ms:.1f} | {lf.tpot_ms / n.tpot_ms:.2f}x | "
+              f"{n.errors + lf.errors} |", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

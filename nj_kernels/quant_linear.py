@@ -69,7 +69,8 @@ def bind(path: Path) -> ctypes.CDLL:
     """Load a built kernel and declare its functions."""
     lib = ctypes.CDLL(str(path))
     i, p, n = ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t
-    lib.quant_linear.argtypes = [i, p, n, p, p, p, i, i, i, i]  # type, w, row bytes, x, bias, y, M, N, K, threads
+    # type, w, row bytes, x, bias, y, M, N, K, threads
+    lib.quant_linear.argtypes = [i, p, n, p, p, p, i, i, i, i]
     lib.quant_linear.restype = ctypes.c_int
     lib.quant_dequant_rows.argtypes = [i, p, n, p, i, i, p]  # type, w, row bytes, ids, n, K, out
     lib.quant_dequant_rows.restype = ctypes.c_int

@@ -56,7 +56,9 @@ def test_it_is_torchs_attention_to_rounding(lib: ctypes.CDLL, h: int, kvh: int, 
 
 
 @pytest.mark.parametrize(("h", "kvh", "d"), [(4, 2, 64), (9, 3, 64), (8, 2, 40)])
-def test_a_rows_output_does_not_depend_on_the_rows_around_it(lib: ctypes.CDLL, h: int, kvh: int, d: int) -> None:
+def test_a_rows_output_does_not_depend_on_the_rows_around_it(
+    lib: ctypes.CDLL, h: int, kvh: int, d: int
+) -> None:
     """One query row, attended alone, among the γ+1 rows of its sequence, and beside other
     sequences that pad the block tables further: the same bits (torch's SDPA differs here)."""
     kv = cache(kvh, d)
@@ -66,11 +68,13 @@ def test_a_rows_output_does_not_depend_on_the_rows_around_it(lib: ctypes.CDLL, h
     together = cpu_attention.paged_attention_rows(q, kv, bt, ctx, nq, 0.125, lib)
     for s, n in enumerate(lengths):
         own = bt[s : s + 1, : -(-n // BS)]
-        mine = cpu_attention.paged_attention_rows(q[s * nq : (s + 1) * nq], kv, own, ctx[s : s + 1], nq, 0.125, lib)
+        rows = q[s * nq : (s + 1) * nq]
+        mine = cpu_attention.paged_attention_rows(rows, kv, own, ctx[s : s + 1], nq, 0.125, lib)
         assert torch.equal(mine, together[s * nq : (s + 1) * nq])
         for j in range(nq):  # each row as a one-row decode step at its position
             row = q[s * nq + j : s * nq + j + 1]
-            alone = cpu_attention.paged_attention_rows(row, kv, own, torch.tensor([n - nq + j + 1]), 1, 0.125, lib)
+            at = torch.tensor([n - nq + j + 1])
+            alone = cpu_attention.paged_attention_rows(row, kv, own, at, 1, 0.125, lib)
             assert torch.equal(alone[0], together[s * nq + j]), f"sequence {s}, row {j}"
 
 

