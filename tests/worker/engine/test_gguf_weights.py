@@ -150,9 +150,10 @@ def test_greedy_speculation_is_exact_against_the_same_gguf_weights(
     assert [e.kind for s in run.stats for e in s.memory_events][:2] == ["offload", "reload"]
 
 
-def test_which_weights_a_directory_serves(llama_dir: Path, tmp_path: Path) -> None:
+def test_which_weights_a_directory_serves(llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A GGUF beside a safetensors export: its blocks by default on CPU; ``dtype`` (the CLI's
-    --dtype fp32) the safetensors as before; a GGUF alone with a dtype: dequantised."""
+    --dtype fp32) the safetensors as before; a GGUF alone with a dtype, or where the kernel
+    cannot be built: dequantised."""
     both = tmp_path / "both"
     hf_model(llama_dir).save_pretrained(both)
     write_gguf(hf_model(llama_dir), both / "m.gguf", Q.Q8_0)
@@ -167,3 +168,6 @@ def test_which_weights_a_directory_serves(llama_dir: Path, tmp_path: Path) -> No
     served = load_engine(alone / "tiny.Q4_0.gguf", num_blocks=8)  # a .gguf file as the model
     assert served.weights == "Q4_0"
     assert served.runner.weight_bytes < load_engine(both, num_blocks=8).runner.weight_bytes
+    monkeypatch.setattr(quant_linear, "available", lambda: False)  # no compiler, not x86-64
+    assert weights_for(both) == weights_for(both, dtype="float32")
+    assert not weights_for(alone).native and weights_for(alone).gguf_file == "tiny.Q4_0.gguf"
