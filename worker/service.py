@@ -64,10 +64,11 @@ class WorkerService:
         s = self.settings = settings
         self.r = redis if redis is not None else connect(s.redis_url)
         # Engine options may name the drafters too (``--engine-opt drafters=[...]``): they win.
-        opts = {"drafters": s.drafters, "ngram": s.ngram, **s.engine}
-        self.engine = engine if engine is not None else create_engine(s.model_dir, **opts)
-        self.prompts = prompts if prompts is not None else PromptEncoder.from_dir(s.model_dir)
-        self.model_name = s.model_name or Path(s.model_dir).name
+        model_dir = s.model_path()
+        opts = {"drafters": list(s.drafters or ()), "ngram": s.ngram, **s.engine}
+        self.engine = engine if engine is not None else create_engine(model_dir, **opts)
+        self.prompts = prompts if prompts is not None else PromptEncoder.from_dir(model_dir)
+        self.model_name = s.model_name or Path(model_dir).name
         self.max_model_len = self.engine.max_model_len
         self.running = RunningJobs(s.max_jobs)
         self.intake = JobIntake(
@@ -82,9 +83,12 @@ class WorkerService:
             self._written,
             lambda: (self.decisions.version, self.decisions.fallback),
         )
-        self.presence = Presence(self.r, s.worker_id, self.model_name, s.max_jobs, self.max_model_len)
+        drafters = list(getattr(self.engine, "drafter_names", []))
+        self.presence = Presence(
+            self.r, s.worker_id, self.model_name, s.max_jobs, self.max_model_len, drafters
+        )
         self.profiler = CostProfiler(
-            self.r, self.engine, self.model_name, s.worker_id, s.profile, lambda: self.decisions.current
+            self.r, self.engine, self.model_name, s.worker_id, s.profiling(), lambda: self.decisions.current
         )
         self.admission = Admission(
             self.r,
