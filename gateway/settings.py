@@ -11,8 +11,11 @@ MiB = 1024 * 1024
 
 
 class GatewaySettings(EnvSettings):
-    redis_url: str = Field(default="memory://", description="the job store: redis://host:port/db, redis+sentinel://, "
-                           "redis+cluster:// or memory:// (embedded, this process only)")  # fmt: skip
+    redis_url: str = Field(
+        default="memory://",
+        description="the job store: redis://host:port/db, redis+sentinel://, redis+cluster:// or memory:// "
+        "(embedded, this process only)",
+    )
     host: str = Field(default="127.0.0.1", description="address the HTTP server binds")
     port: int = Field(default=8000, ge=0, le=65535, description="port the HTTP server listens on")
     max_queue: int = Field(

@@ -1,6 +1,15 @@
 """Suite-wide setup and the fixtures most folders share."""
 
+import atexit
 import os
+import shutil
+import tempfile
+
+# Every test, and every process a test starts, caches under a folder of this session's (cost
+# profiles, `nightjar up`'s store address), never in the developer's ~/.cache/nightjar.
+_CACHE = tempfile.mkdtemp(prefix="nightjar-test-cache-")
+os.environ["NIGHTJAR_CACHE"] = _CACHE
+atexit.register(shutil.rmtree, _CACHE, True)
 
 # Triton reads this when a kernel is decorated, so it must be set before any test module
 # imports nj_kernels.triton_*: Triton kernels then run on CPU tensors through its interpreter.

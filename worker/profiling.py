@@ -130,6 +130,8 @@ class _Pass:
         self.vocab = _vocab_size(engine)
         self.output_len = output_room(engine, s, len(drafters))
         self.contexts: list[float] = []  # of the target steps measured in this batch's pass
+        self.where = ""  # what the pass measures now, for the progress line
+        self.said = time.perf_counter()  # when the last progress line went out
 
     def decide(self, gamma: int, drafter: str | None = None) -> None:
         table, inf = [(ALL_BATCHES, gamma)], float("inf")
@@ -144,11 +146,16 @@ class _Pass:
         if t0 + self.last_step_s > self.deadline:  # the next step would end past the budget
             raise OutOfTime
         result = self.engine.step()
-        self.last_step_s = time.perf_counter() - t0
+        now = time.perf_counter()
+        self.last_step_s = now - t0
         foreign = [o for o in result.outputs if not o.request_id.startswith(PROFILE_ID)]
         if foreign:
             raise Interrupted(foreign, result.stats)
         self.total_blocks = result.stats.total_blocks or self.total_blocks
+        if now - self.said >= 1.0:  # a line a second: the pass takes up to its budget
+            self.said = now
+            left = max(self.deadline - now, 0.0)
+            log.info("cost profile: %s, %.0f s left of the budget at most", self.where, left)
         return result.stats, result.outputs
 
     def fill(self, ids: list[str]) -> None:
@@ -307,6 +314,7 @@ def _rounds(
     fastest of each point kept), until the budget runs out."""
     for rnd, batch in ((r, b) for r in range(start, start + reps) for b in sizes):
         ids = [f"{PROFILE_ID}{tag}{rnd}-{batch}-{i}" for i in range(batch)]
+        run.where = f"{tag}round {rnd + 1} of at most {run.s.reps}, batch {batch}"
         try:
             done[batch] = run.measure(batch, ids).fastest(done.get(batch))
             if batch == sizes[-1]:

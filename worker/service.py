@@ -28,6 +28,7 @@ from shared.connection import connect
 from shared.errors import ErrorCode
 from shared.loops import Signal, every, keep_running, retry_redis, wait_for_redis
 from shared.schemas import CancelRequest, ErrorEvent, FinishEvent, FinishReason
+from shared.settings import RuntimeSettings
 from shared.streams import Entry, entries, last_id
 from worker.admission import Admission
 from worker.cost_profile import CostProfiler
@@ -40,6 +41,7 @@ from worker.leases import JobWrite, Leases
 from worker.metrics import WorkerMetrics, log_finished
 from worker.outbox import Outbox, StepOutput, Written
 from worker.presence import Presence
+from worker.profile_cache import ProfileCache, profile_key
 from worker.prompts import PromptEncoder
 from worker.running import RunningJobs
 from worker.settings import WorkerSettings
@@ -88,8 +90,9 @@ class WorkerService:
             self.r, s.worker_id, self.model_name, s.max_jobs, self.max_model_len, drafters
         )
         self.profiler = CostProfiler(
-            self.r, self.engine, self.model_name, s.worker_id, s.profiling(), lambda: self.decisions.current
-        )
+            self.r, self.engine, self.model_name, s.worker_id, s.profiling(), lambda: self.decisions.current,
+            cache=self._profile_cache(model_dir), refresh_idle_s=s.profile_idle_s,
+        )  # fmt: skip
         self.admission = Admission(
             self.r,
             self.intake,
@@ -109,6 +112,15 @@ class WorkerService:
         self._draining = False
         self._short = False  # the last step was short enough to run the next one inline
         self._prefill = 0  # prompt tokens added since the last step
+
+    def _profile_cache(self, model_dir: str) -> ProfileCache | None:
+        """Where this worker's cost profile is cached (``worker/profile_cache.py``); None when
+        the profile or its cache is off."""
+        s = self.settings
+        if not (s.profile and s.profile_cache):
+            return None
+        key = profile_key(self.engine, model_dir, list(s.drafters or ()), s.profiling())
+        return ProfileCache(RuntimeSettings().cache / "profiles", key)
 
     @property
     def worker_id(self) -> str:
