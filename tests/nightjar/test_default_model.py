@@ -37,7 +37,9 @@ def test_up_exports_on_its_first_run(tmp_path: Path, caplog: pytest.LogCaptureFi
     assert "first run: exporting SmolLM2" in caplog.text
 
 
-def test_a_failed_export_serves_nj_target_and_says_why(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failed_export_serves_nj_target_and_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     def offline(out: Path) -> None:
         raise OSError("no route to the package index")
 

@@ -52,7 +52,8 @@ def test_the_line_without_a_decision_and_the_url_of_a_chosen_port() -> None:
             return ("127.0.0.1", 43210)
 
     class Server:
-        servers = [type("S", (), {"sockets": [Sock()]})()]
+        def __init__(self) -> None:
+            self.servers = [type("S", (), {"sockets": [Sock()]})()]
 
     assert server_url(Server(), "0.0.0.0", 0) == "http://127.0.0.1:43210"
     assert server_url(None, "10.0.0.1", 8000) == "http://10.0.0.1:8000"
