@@ -66,6 +66,10 @@ class Progress:
         if now - self.last >= self.every_s:
             self._line(now, note)
 
+    def said_elsewhere(self) -> None:
+        """A line about this work just went out another way: the next one is due a second later."""
+        self.last = self.clock()
+
     def finish(self, note: str = "") -> None:
         self._line(self.clock(), note)
 
