@@ -107,6 +107,7 @@ def _add_worker(p: argparse.ArgumentParser, cls: type[WorkerSettings]) -> None:
     add(p, "--profile", cls, "profile", action=argparse.BooleanOptionalAction)
     add(p, "--profile-budget", cls, "profile_budget_s", type=float)
     add(p, "--profile-cache", cls, "profile_cache", action=argparse.BooleanOptionalAction)
+    add(p, "--profile-idle", cls, "profile_idle_s", type=float)
 
 
 def add_metrics_port(p: argparse.ArgumentParser, cls: type[WorkerSettings | PlannerSettings]) -> None:
