@@ -19,6 +19,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ENV_PREFIX = "NIGHTJAR_"
+DEFAULT_MAX_CONNECTIONS = 10_000
 
 
 def _split_commas(value: Any) -> Any:
@@ -69,8 +70,11 @@ class RuntimeSettings(EnvSettings):
         "store's address (~/.cache/nightjar)",
     )
     uvloop: bool = Field(default=True, description="run the services on uvloop where it is installed")
+    redis_url: str = Field(
+        default="memory://", description="the Redis a client connects to when given none (shared.connection)"
+    )
     redis_max_connections: int = Field(
-        default=10_000,
+        default=DEFAULT_MAX_CONNECTIONS,
         ge=1,
         description="connections a client's pool opens at most (every open event stream holds one in a "
         "blocking read); past it a caller waits for a free one",

@@ -135,6 +135,12 @@ def test_drafters_default_to_the_bundled_ones_that_exist(
     assert options.drafter_dirs(str(target), None) == [str(prose)]  # nj-draft-code is not there
     other = _model(tmp_path / "elsewhere" / "nj-target")
     assert options.drafter_dirs(str(other), None) == []
+    # models/X may be a link to an export kept elsewhere: still the bundled model's drafters
+    export = _model(tmp_path / "exports" / "smollm2")
+    heads = [_model(tmp_path / "models" / n) for n in ("smol-eagle-chat", "smol-eagle-code")]
+    (tmp_path / "models" / "smollm2-135m-instruct").symlink_to(export)
+    linked = str(tmp_path / "models" / "smollm2-135m-instruct")
+    assert options.drafter_dirs(linked, None) == [str(h) for h in heads]
     assert options.drafter_dirs(str(target), ["none"]) == []
     assert options.drafter_dirs(str(target), [str(other)]) == [str(other)]
     monkeypatch.setenv("NIGHTJAR_DRAFTERS", f"{prose}, {other}")
