@@ -14,10 +14,11 @@ nothing to do) measures again
 - after ``refresh_idle_s`` without work for a profile that came from the cache (the
   refresh: the machine may be busier or freer than when it was cached), written back to it.
 
-Either pass runs only on an idle engine, in a thread. A job that arrives during it stops it
-at the step in flight: that step, which also ran the job, is handed back to be written as
-usual (the job waits at most that one step), and the pass is tried again at the next idle
-moment (the refresh after another ``refresh_idle_s``). Served steps never run beside it.
+Either pass runs only on an idle engine, in a thread. A job admitted during it (``waiting``)
+stops it before its next step: the job waits for the profiling step in flight at most, and
+its own steps never run beside synthetic sequences (a step that did carry it — the job came
+in between — is handed back to be written as usual). The pass is tried again at the next
+idle moment (the refresh after another ``refresh_idle_s``).
 """
 
 from __future__ import annotations
@@ -55,11 +56,13 @@ class CostProfiler:
         cache: ProfileCache | None = None,
         refresh_idle_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
+        waiting: Callable[[], bool] = lambda: False,
     ) -> None:
         self.r, self.engine, self.model, self.worker_id = r, engine, model, worker_id
         self.settings = settings
         self.decision = decision  # the decision in force, restored after a pass
         self.cache, self.refresh_idle_s, self.clock = cache, refresh_idle_s, clock
+        self.waiting = waiting  # a job was admitted (asked from the profiling thread)
         self.profile: CostProfile | None = None
         self.stale = False  # the pool changed since the last measurement
         self.refresh_due = False  # the profile came from the cache: measure it again when idle
@@ -85,7 +88,7 @@ class CostProfiler:
 
     async def measure(self, source: str = STARTUP) -> StepResult | None:
         """One profiling pass in a thread (at start, the cached profile instead when there is
-        one); a step that also ran real requests when the pass was interrupted (None
+        one); a step that also ran real requests when the pass was interrupted by one (None
         otherwise)."""
         if not self.settings.enabled:
             log.info("cost profile of %s skipped (--no-profile)", self.model)
@@ -94,7 +97,7 @@ class CostProfiler:
             return None
         run = partial(
             profile_engine, self.engine, self.model, self.settings, worker_id=self.worker_id,
-            offloaded=not self.resident, restore=self.decision, source=source,
+            offloaded=not self.resident, restore=self.decision, source=source, waiting=self.waiting,
         )  # fmt: skip
         try:
             profile = await anyio.to_thread.run_sync(run)
@@ -105,7 +108,7 @@ class CostProfiler:
                 self.busy_at = self.clock()
             else:
                 self.stale = True
-            return StepResult(exc.outputs, exc.stats)
+            return StepResult(exc.outputs, exc.stats) if exc.outputs else None
         self.stale = False
         if source == REFRESH:
             self.refresh_due = False

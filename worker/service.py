@@ -92,6 +92,7 @@ class WorkerService:
         self.profiler = CostProfiler(
             self.r, self.engine, self.model_name, s.worker_id, s.profiling(), lambda: self.decisions.current,
             cache=self._profile_cache(model_dir), refresh_idle_s=s.profile_idle_s,
+            waiting=lambda: len(self.running) > 0,
         )  # fmt: skip
         self.admission = Admission(
             self.r,

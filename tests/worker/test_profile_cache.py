@@ -156,3 +156,50 @@ async def test_a_job_stops_the_refresh_and_restarts_the_idle_clock(
     assert profiler.refresh_due and not profiler.stale and profiler.busy_at == clock.now
     assert profiler.profile is not None and profiler.profile.source == "cache (startup)"
     assert await profiler.when_idle() is None  # the idle clock started again
+
+
+class _AdmittedDuring:
+    """An engine proxy where a job is admitted while its third profiling step runs."""
+
+    def __init__(self, engine: Engine, request: EngineRequest) -> None:
+        self.engine, self.request, self.steps, self.admitted = engine, request, 0, False
+
+    def step(self):  # type: ignore[no-untyped-def]
+        self.steps += 1
+        result = self.engine.step()
+        if self.steps == 3:
+            self.engine.add_request(self.request)
+            self.admitted = True
+        return result
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self.engine, name)
+
+
+async def test_an_admitted_job_stops_the_refresh_before_the_next_step(
+    r: aioredis.Redis, tmp_path: Path, engine: Engine, model_dir: Path
+) -> None:
+    cache = _cache(tmp_path, engine, model_dir)
+    assert await CostProfiler(r, engine, M, "w1", FAST, cache=cache).measure() is None
+    clock = Clock()
+    job = EngineRequest("job", [5, 6, 7], SamplingParams(max_tokens=3, ignore_eos=True))
+    proxy = _AdmittedDuring(engine, job)
+    profiler = CostProfiler(
+        r, proxy, M, "w2", FAST, cache=cache, refresh_idle_s=5.0, clock=clock,  # type: ignore[arg-type]
+        waiting=lambda: proxy.admitted,
+    )  # fmt: skip
+    assert await profiler.measure() is None
+    clock.now += 5.0
+    assert await profiler.when_idle() is None  # stopped before its 4th step: nothing ran beside the job
+    assert proxy.steps == 3 and profiler.refresh_due and profiler.busy_at == clock.now
+    tokens: list[int] = []
+    for _ in range(20):  # the worker's next steps: the job alone, the synthetic requests cancelled
+        result = engine.step()
+        for o in result.outputs:
+            if o.request_id == "job":
+                tokens += o.new_token_ids
+            else:
+                assert o.finish_reason == "cancelled"
+        if not engine.has_unfinished():
+            break
+    assert len(tokens) == 3
