@@ -363,7 +363,7 @@ class WorkerService:
             run = self.running.get(out.request_id)
             if run is None or run.done:  # ended here already (a stop string), or lost
                 continue
-            events = run.feed(out.new_token_ids, out.logprobs, out.prompt_logprobs)
+            events = run.feed(out.new_token_ids, out.logprobs, out.prompt_logprobs, out.outcomes)
             if run.stopped and not out.finished:
                 self.engine.abort_request(run.job_id)
             final: FinishEvent | ErrorEvent | None = None
