@@ -157,7 +157,9 @@ async def _serve(
         for k in range(body.n):
             params = body.sampling(fitted, _choice_seed(body.seed, k))
             job_id = job_ids[p * body.n + k]
-            jobs.append(_job(job_id, cap.model, inputs, params, body.priority, body.metadata, body.stream))
+            jobs.append(
+                _job(job_id, cap.model, inputs, params, body.priority, body.metadata, body.stream, body.include_spec)
+            )
     submitted: list[str] = []
     try:
         for i, job in enumerate(jobs):
@@ -179,6 +181,7 @@ async def _serve(
         prompt_of=[i // body.n for i in range(count)],
         echo=[p.get("prompt") for p in prompts for _ in range(body.n)] if echo else None,
         tools=body.tool_output(base) if isinstance(body, ChatRequest) else None,
+        spec=body.include_spec,
     )
     if count > 1:
         if body.stream:
@@ -197,6 +200,7 @@ def _job(
     priority: int,
     metadata: dict[str, str] | None,
     stream: bool,
+    include_spec: bool = False,
 ) -> JobRequest:
     # A non-streaming client awaits the result alone: the worker need not write every
     # step's tokens (a retry that streams still reads them, in coarser pieces).
@@ -209,6 +213,7 @@ def _job(
             priority=priority,
             metadata=metadata or {},
             output_kind=kind,
+            include_spec=include_spec,
             **inputs,
         )
     except ValidationError as exc:
