@@ -93,7 +93,13 @@ class JobRun:
         self.cancelled = False  # a cancel for it came (worker/running.py ``cancel``)
         self.attempt = 1  # this delivery's number (worker/admission.py sets it)
         self.output: list[int] = []
+        # Times (wall clock, like the job's created_at) for the request metrics: handed to the
+        # engine, first and last output; the gaps between consecutive outputs (one a step).
+        self.started_at = time.time()
         self.first_token_at: float | None = None
+        self.last_token_at: float | None = None
+        self.gaps: list[float] = []
+        self.cached_prompt_tokens = 0  # prompt tokens the engine's prefix cache served
         self._progress_s = progress_s if job.output_kind == "final_only" else None
         self._released_at = time.monotonic()
         self._detok = IncrementalDetokenizer(tokenizer, prompt_ids)
@@ -189,8 +195,12 @@ class JobRun:
         new text. A ``final_only`` one (its client waits for the result alone) gets one for
         everything since the last only every ``progress_s``, and the rest with ``finish``:
         writing every step's tokens cost the worker and Redis more than anyone reads."""
-        if token_ids and self.first_token_at is None:
-            self.first_token_at = time.time()
+        if token_ids:
+            now = time.time()
+            if self.last_token_at is not None:
+                self.gaps.append(now - self.last_token_at)
+            self.first_token_at = now if self.first_token_at is None else self.first_token_at
+            self.last_token_at = now
         if prompt_logprobs is not None and self._prompt_logprobs is None:
             self._prompt_logprobs = self._render(prompt_logprobs.slice(0, len(self.prompt_ids)))
         rendered = self._render(logprobs) if self._logprobs is not None and logprobs is not None else None
