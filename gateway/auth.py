@@ -76,7 +76,8 @@ class Guard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = str(scope.get("path", ""))
-        if scope["type"] != "http" or not any(path == p or path.startswith(p + "/") for p in GUARDED_PREFIXES):
+        guarded = any(path == p or path.startswith(p + "/") for p in GUARDED_PREFIXES)
+        if scope["type"] != "http" or not guarded:
             await self.app(scope, receive, send)
             return
         who = ""

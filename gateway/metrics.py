@@ -69,7 +69,9 @@ class ApiMetrics(m.MetricSet):
     def __init__(self) -> None:
         super().__init__()
         self.requests = self.counter(
-            "http_requests", "HTTP requests by handler, method and status class.", ("handler", "method", "status")
+            "http_requests",
+            "HTTP requests by handler, method and status class.",
+            ("handler", "method", "status"),
         )
         self.duration = self.histogram(
             "http_request_duration_seconds", "HTTP request time.", ("handler", "method"), m.E2E_BUCKETS

@@ -157,9 +157,8 @@ async def _serve(
         for k in range(body.n):
             params = body.sampling(fitted, _choice_seed(body.seed, k))
             job_id = job_ids[p * body.n + k]
-            jobs.append(
-                _job(job_id, cap.model, inputs, params, body.priority, body.metadata, body.stream, body.include_spec)
-            )
+            job = _job(job_id, cap.model, inputs, params, body.priority, body.metadata, body.stream)
+            jobs.append(job.model_copy(update={"include_spec": body.include_spec}))
     submitted: list[str] = []
     try:
         for i, job in enumerate(jobs):
@@ -200,7 +199,6 @@ def _job(
     priority: int,
     metadata: dict[str, str] | None,
     stream: bool,
-    include_spec: bool = False,
 ) -> JobRequest:
     # A non-streaming client awaits the result alone: the worker need not write every
     # step's tokens (a retry that streams still reads them, in coarser pieces).
@@ -213,7 +211,6 @@ def _job(
             priority=priority,
             metadata=metadata or {},
             output_kind=kind,
-            include_spec=include_spec,
             **inputs,
         )
     except ValidationError as exc:

@@ -162,12 +162,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     env = os.environ.get
     p.add_argument(
-        "--url", default=env("NIGHTJAR_URL", "http://127.0.0.1:8000"), help="the gateway (NIGHTJAR_URL; %(default)s)"
+        "--url",
+        default=env("NIGHTJAR_URL", "http://127.0.0.1:8000"),
+        help="the gateway (NIGHTJAR_URL; %(default)s)",
     )
-    p.add_argument("--api-key", default=env("NIGHTJAR_API_KEY"), help="Bearer key (NIGHTJAR_API_KEY; none: no key)")
+    p.add_argument(
+        "--api-key", default=env("NIGHTJAR_API_KEY"), help="Bearer key (NIGHTJAR_API_KEY; none: no key)"
+    )
     p.add_argument("--model", default=None, help="the model to ask (none: the gateway's only or default one)")
     p.add_argument("--max-tokens", type=int, default=256, help="most tokens in one answer (%(default)s)")
-    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature, 0 = greedy (%(default)s)")
+    p.add_argument(
+        "--temperature", type=float, default=0.0, help="sampling temperature, 0 = greedy (%(default)s)"
+    )
     p.add_argument("--system", default=None, help="a system message that starts the conversation (none)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds one answer may take (%(default)s)")
     p.add_argument(

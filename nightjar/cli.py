@@ -210,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("models", help="build, convert and train the bundled models (training.cli)")
     sub.add_parser("bench", help="benchmark every policy under dynamic load (benchmarks.load)")
     sub.add_parser("top", help="a live view of a running deployment from its Redis (nightjar.top)")
-    sub.add_parser("chat", help="chat with a running gateway, tokens coloured drafted / target (nightjar.chat)")
+    sub.add_parser("chat", help="chat with a running gateway, tokens coloured by their maker (nightjar.chat)")
     return p
 
 

@@ -20,9 +20,7 @@ from typing import Any
 DIGIT = "0-9"
 WORD = "0-9A-Za-z_"
 # ECMA-262 WhiteSpace (TAB, VT, FF, SP, NBSP, ZWNBSP and the Zs category) and LineTerminator.
-SPACE = (
-    r"\t\n\x0B\x0C\r\x20\xA0\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}\x{FEFF}"
-)
+SPACE = r"\t\n\x0B\x0C\r\x20\xA0\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}\x{FEFF}"
 CLASSES = {"d": DIGIT, "w": WORD, "s": SPACE}
 HEX_ESCAPES = frozenset("xupP")  # escapes that may take a braced argument: \x{..}, \u{..}, \p{..}
 

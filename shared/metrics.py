@@ -5,7 +5,8 @@ Every name is under the ``nightjar:`` prefix, after vLLM's ``vllm:`` ones
 they apply. Beside them, vLLM's own families under their own names and labels
 (``vllm:…`` with ``model_name`` and ``engine``; the API server's ``http_requests_total``), so
 vLLM's Grafana dashboards work unchanged: a ``MetricSet`` whose ``prefix`` is ``vllm:`` (or
-empty) names them (worker/vllm_metrics.py, gateway/metrics.py). Each service instance keeps its metrics in its own ``CollectorRegistry``
+empty) names them (worker/vllm_metrics.py, gateway/metrics.py). Each service instance keeps
+its metrics in its own ``CollectorRegistry``
 (``MetricSet``), so tests may build many services in one process; the *process view*
 (``render_process`` / ``serve``) merges every live registry of the process, which is how
 ``nightjar up`` shows the gateway's, the worker's and the planner's metrics on the
@@ -70,7 +71,8 @@ def metric_name(name: str, prefix: str = PREFIX) -> str:
 
 # vLLM's request-length buckets: 1, 2, 5, 10, 20, 50, … up to the longest context.
 def buckets_1_2_5(limit: int) -> tuple[float, ...]:
-    out, scale = [], 1
+    out: list[int] = []
+    scale = 1
     while True:
         for m in (1, 2, 5):
             if m * scale > limit:

@@ -246,6 +246,7 @@ def as_json(s: Snapshot) -> dict[str, Any]:
             "buckets": [{"batch": _bucket_name(lo, hi), "lo": lo, "gamma": g} for lo, hi, g in buckets],
         }
     workers = []
+    current = d.version if d else None
     for w in s.workers:
         work = w.last_work
         version = w.acked if w.acked is not None else w.info.decision_version
@@ -267,7 +268,7 @@ def as_json(s: Snapshot) -> dict[str, Any]:
                 "tokens_per_s": w.tokens_per_s(),
                 "acceptance": w.acceptance(),
                 "gamma_run": [
-                    {"batch": _bucket_name(lo, hi), "decided": g, "run": w.gamma_run(lo, hi, d.version if d else None)}
+                    {"batch": _bucket_name(lo, hi), "decided": g, "run": w.gamma_run(lo, hi, current)}
                     for lo, hi, g in buckets
                 ],
                 "drafter_shares": w.drafter_shares(),

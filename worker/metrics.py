@@ -147,7 +147,9 @@ class WorkerMetrics(MetricSet):
             for pos, n in enumerate(s.accepted_per_pos):
                 c(self.accepted_pos, d, str(pos)).inc(n)
 
-    def observe_final(self, final: FinishEvent | ErrorEvent, attempts: int, run: JobRun | None = None) -> None:
+    def observe_final(
+        self, final: FinishEvent | ErrorEvent, attempts: int, run: JobRun | None = None
+    ) -> None:
         """A job's final write landed (``run``: its times, for the request-level vllm:* ones)."""
         outcome = final.finish_reason if isinstance(final, FinishEvent) else "error"
         self._c(self.jobs, outcome).inc()

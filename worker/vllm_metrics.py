@@ -65,7 +65,9 @@ class VllmMetrics(MetricSet):
         self.kv = g("kv_cache_usage_perc", "KV-cache usage, 0..1 (1 = full).", LABELS)
         self.gpu_kv = g("gpu_cache_usage_perc", "KV-cache usage, 0..1 (vLLM's older name).", LABELS)
         self.preemptions = c("num_preemptions", "Preempted requests.", LABELS)
-        self.prefix_queries = c("prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", LABELS)
+        self.prefix_queries = c(
+            "prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", LABELS
+        )
         self.prefix_hits = c("prefix_cache_hits", "Prompt tokens found in the prefix cache.", LABELS)
         self.prompt_tokens = c("prompt_tokens", "Prompt tokens of finished requests.", LABELS)
         self.prompt_by_source = c(
@@ -73,37 +75,56 @@ class VllmMetrics(MetricSet):
         )
         self.generation_tokens = c("generation_tokens", "Generated tokens.", LABELS)
         self.iteration = h(
-            "iteration_tokens_total", "Tokens (prompt + generated) per engine step.", LABELS, ITERATION_BUCKETS
+            "iteration_tokens_total",
+            "Tokens (prompt + generated) per engine step.",
+            LABELS,
+            ITERATION_BUCKETS,
         )
-        self.success = c("request_success", "Finished requests by finish reason.", (*LABELS, "finished_reason"))
+        self.success = c(
+            "request_success", "Finished requests by finish reason.", (*LABELS, "finished_reason")
+        )
         self.drafts = c("spec_decode_num_drafts", "Speculative drafts (a drafting sequence, a step).", LABELS)
         self.draft_tokens = c("spec_decode_num_draft_tokens", "Draft tokens proposed.", LABELS)
         self.accepted = c("spec_decode_num_accepted_tokens", "Draft tokens accepted.", LABELS)
         self.accepted_pos = c(
-            "spec_decode_num_accepted_tokens_per_pos", "Accepted draft tokens by position.", (*LABELS, "position")
+            "spec_decode_num_accepted_tokens_per_pos",
+            "Accepted draft tokens by position.",
+            (*LABELS, "position"),
         )
         self.ttft = h("time_to_first_token_seconds", "Arrival to the first token.", LABELS, TTFT_BUCKETS)
         self.itl = h("inter_token_latency_seconds", "Between consecutive outputs.", LABELS, ITL_BUCKETS)
-        self.tpot = h("time_per_output_token_seconds", "Between consecutive outputs (older name).", LABELS, ITL_BUCKETS)
+        self.tpot = h(
+            "time_per_output_token_seconds", "Between consecutive outputs (older name).", LABELS, ITL_BUCKETS
+        )
         self.request_tpot = h(
-            "request_time_per_output_token_seconds", "A request's mean time a token after the first.", LABELS, ITL_BUCKETS
+            "request_time_per_output_token_seconds",
+            "A request's mean time a token after the first.",
+            LABELS,
+            ITL_BUCKETS,
         )
         self.e2e = h("e2e_request_latency_seconds", "Arrival to the last token.", LABELS, E2E_BUCKETS)
-        self.queue = h("request_queue_time_seconds", "Arrival to the worker taking the request.", LABELS, E2E_BUCKETS)
+        self.queue = h(
+            "request_queue_time_seconds", "Arrival to the worker taking the request.", LABELS, E2E_BUCKETS
+        )
         self.prefill = h("request_prefill_time_seconds", "Taken to the first token.", LABELS, E2E_BUCKETS)
         self.decode = h("request_decode_time_seconds", "First token to the last.", LABELS, E2E_BUCKETS)
         self.inference = h("request_inference_time_seconds", "Taken to the last token.", LABELS, E2E_BUCKETS)
         self.prompt_len = h("request_prompt_tokens", "Prompt tokens of a request.", LABELS, lengths)
         self.gen_len = h("request_generation_tokens", "Generated tokens of a request.", LABELS, lengths)
         self.max_gen = h(
-            "request_max_num_generation_tokens", "Most generated tokens of a request's sequences.", LABELS, lengths
+            "request_max_num_generation_tokens",
+            "Most generated tokens of a request's sequences.",
+            LABELS,
+            lengths,
         )
         self.max_tokens = h("request_params_max_tokens", "A request's max_tokens.", LABELS, lengths)
-        self.n = h("request_params_n", "A request's n (one job a choice: 1).", LABELS, (1.0, 2.0, 5.0, 10.0, 20.0))
+        self.n = h(
+            "request_params_n", "A request's n (one job a choice: 1).", LABELS, (1.0, 2.0, 5.0, 10.0, 20.0)
+        )
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
-        for metric in (self.running, self.waiting, self.kv, self.gpu_kv, self.preemptions, self.prefix_queries,
-                       self.prefix_hits, self.prompt_tokens, self.generation_tokens, self.drafts,
-                       self.draft_tokens, self.accepted):  # fmt: skip
+        for metric in (self.running, self.waiting, self.kv, self.gpu_kv, self.preemptions,
+                       self.prefix_queries, self.prefix_hits, self.prompt_tokens, self.generation_tokens,
+                       self.drafts, self.draft_tokens, self.accepted):  # fmt: skip
             self._c(metric)  # exported (at 0) from the start: dashboards' variables and rates begin
         for reason in ("capacity", "deferred"):
             self._c(self.waiting_by_reason, reason)

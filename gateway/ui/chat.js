@@ -71,6 +71,7 @@ class Answer {
     this.first = null;
     this.last = null;
     this.text = "";
+    this.lastDrafter = null;
   }
 
   addSteps(steps) {
@@ -87,7 +88,12 @@ class Answer {
       this.last = now;
       const box = document.createElement("span");
       box.className = "step " + (s.drafted ? (s.accepted ? "hit" : "miss") : "plain");
-      box.textContent = s.drafted ? `${s.drafter} γ${s.gamma} ${s.accepted}/${s.drafted}` : "γ0";
+      // the drafter's name where it changes (each box's title names it too), then γ and accepted/drafted
+      const named = s.drafter && s.drafter !== this.lastDrafter ? `${s.drafter} ` : "";
+      if (s.drafter) this.lastDrafter = s.drafter;
+      box.textContent = s.drafted ? `${named}γ${s.gamma} ${s.accepted}/${s.drafted}` : `${named}γ${s.gamma}`;
+      box.dataset.drafter = s.drafter || "";
+      box.dataset.gamma = s.gamma;
       box.title = `step ${step.n + 1}: ${s.tokens} token(s)` +
         (s.drafted ? `, ${s.accepted} of ${s.drafted} drafts by ${s.drafter} accepted (γ ${s.gamma})` : ", nothing drafted");
       $("steps").append(box);

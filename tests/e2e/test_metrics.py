@@ -261,7 +261,8 @@ def _check_vllm(s: Samples) -> None:
     # the same numbers as Nightjar's own families
     w = {"worker": WORKER, "model": "nj-target"}
     assert accepted == total(s, "nightjar:spec_decode_num_accepted_tokens_total", **w)
-    assert total(s, "vllm:generation_tokens_total", **vllm) == total(s, "nightjar:engine_generated_tokens_total", **w)
+    generated = total(s, "nightjar:engine_generated_tokens_total", **w)
+    assert total(s, "vllm:generation_tokens_total", **vllm) == generated
     assert total(s, "http_requests_total", handler="/v1/completions", status="2xx") >= 7
     assert not [lb for lb, _ in s["http_requests_total"] if lb["handler"].startswith(("/metrics", "/health"))]
 

@@ -55,13 +55,18 @@ def test_the_chat_page_marks_drafted_tokens_and_shows_the_planner(live: str, art
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch_persistent_context(
-                profile, executable_path=CHROMIUM, headless=True, args=ARGS, viewport={"width": 1100, "height": 800}
+                profile,
+                executable_path=CHROMIUM,
+                headless=True,
+                args=ARGS,
+                viewport={"width": 1100, "height": 800},
             )
             page = browser.new_page()
             errors: list[str] = []
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(live + "/")
-            page.wait_for_function("document.querySelector('#model').options.length > 0", timeout=30_000)
+            # selectors, not wait_for_function: the page's CSP forbids the eval that would need
+            page.wait_for_selector("#model option", state="attached", timeout=30_000)
             page.fill("#prompt", MESSAGE)
             page.click("#send")
             page.wait_for_selector(".msg.assistant[data-done='true']", timeout=120_000)
@@ -100,6 +105,9 @@ def test_the_chat_page_marks_drafted_tokens_and_shows_the_planner(live: str, art
 
 def drafted_tokens(page: object) -> int:
     """Distinct output tokens the page marked as accepted drafts."""
-    return int(page.evaluate(  # type: ignore[attr-defined]
-        "new Set([...document.querySelectorAll('.msg.assistant .tok.drafted')].map(e => e.dataset.token)).size"
-    ))
+    return int(
+        page.evaluate(  # type: ignore[attr-defined]
+            "new Set([...document.querySelectorAll('.msg.assistant .tok.drafted')]"
+            ".map(e => e.dataset.token)).size"
+        )
+    )

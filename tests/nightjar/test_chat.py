@@ -26,7 +26,8 @@ pytestmark = pytest.mark.slow
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 GREEN, BLUE = "\x1b[32m", "\x1b[34m"
 STATUS = re.compile(
-    r"\[drafter (\S+) · γ (\d+) · acceptance (\d+)% \((\d+)/(\d+)\) · ([\d.]+) tok/s · (\d+) tokens, (\d+) drafted"
+    r"\[drafter (\S+) · γ (\d+) · acceptance (\d+)% \((\d+)/(\d+)\) · "
+    r"([\d.]+) tok/s · (\d+) tokens, (\d+) drafted"
 )
 
 
@@ -46,7 +47,11 @@ def _env() -> dict[str, str]:
 
 def _api_answer(base: str, messages: list[dict[str, str]]) -> str:
     body = {"messages": messages, "max_tokens": 48, "temperature": 0}
-    return str(httpx.post(base + "/v1/chat/completions", json=body, timeout=120).json()["choices"][0]["message"]["content"])
+    return str(
+        httpx.post(base + "/v1/chat/completions", json=body, timeout=120).json()["choices"][0]["message"][
+            "content"
+        ]
+    )
 
 
 def test_piped_messages_are_answered_in_colour_with_a_status_line(live: str) -> None:
@@ -128,7 +133,11 @@ def _read_until(fd: int, out: bytearray, marker: bytes, timeout_s: float, after:
 
 def test_the_chat_help_says_every_default() -> None:
     got = subprocess.run(
-        [sys.executable, "-m", "nightjar", "chat", "--help"], capture_output=True, text=True, env=_env(), timeout=60
+        [sys.executable, "-m", "nightjar", "chat", "--help"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=60,
     )
     assert got.returncode == 0
     for flag, default in [("--max-tokens", "256"), ("--temperature", "0.0"), ("--color", "auto")]:

@@ -57,7 +57,7 @@ def test_the_promql_reader_finds_metrics_labels_and_variables() -> None:
     dash: dict[str, Any] = {
         "panels": [
             {"targets": [{"expr": 'sum by (le) (rate(a_bucket{job=~"$job", x="1"}[5m]))'}]},
-            {"type": "row", "panels": [{"targets": [{"expr": "b_total{y!=\"2\"} / on () group_left () c"}]}]},
+            {"type": "row", "panels": [{"targets": [{"expr": 'b_total{y!="2"} / on () group_left () c'}]}]},
         ],
         "templating": {
             "list": [
@@ -77,7 +77,9 @@ FETCHED = [d for d in manifest()["dashboards"] if (VLLM_DIR / d["file"]).is_file
 def test_a_fetched_vllm_dashboard_queries_what_the_manifest_says(dash: dict[str, Any]) -> None:
     path = VLLM_DIR / dash["file"]
     if not path.is_file():
-        pytest.skip(f"{dash['file']} not fetched (deploy/grafana/vllm/README.md says how); the manifest stands in")
+        pytest.skip(
+            f"{dash['file']} not fetched (deploy/grafana/vllm/README.md says how); the manifest stands in"
+        )
     got = used(queries(json.loads(path.read_text())))
     assert set(got) == set(dash["metrics"]), set(got) ^ set(dash["metrics"])
     for name, labels in dash["metrics"].items():

@@ -16,7 +16,9 @@ IDS = TOK(TEXT, add_special_tokens=False)["input_ids"]
 PROMPT = TOK("Once")["input_ids"]
 
 
-def _run(stop: list[str] | None = None, resume: Resume | None = None, spec: bool = True, **params: object) -> JobRun:
+def _run(
+    stop: list[str] | None = None, resume: Resume | None = None, spec: bool = True, **params: object
+) -> JobRun:
     job = JobRequest(
         job_id="j",
         prompt="Once",
@@ -83,8 +85,10 @@ def test_a_stop_string_cuts_the_spans_and_the_held_text_is_its_tokens() -> None:
 
 def test_a_stop_token_inside_a_step_keeps_the_step_up_to_it() -> None:
     stop = IDS[5]
-    events, final = _play(_run(stop_token_ids=[stop]), [(IDS[:4], [DraftOutcome(4, 3, 3, 3, "copy")]),
-                                                      (IDS[4:8], [DraftOutcome(4, 3, 3, 3, "copy")])])
+    events, final = _play(
+        _run(stop_token_ids=[stop]),
+        [(IDS[:4], [DraftOutcome(4, 3, 3, 3, "copy")]), (IDS[4:8], [DraftOutcome(4, 3, 3, 3, "copy")])],
+    )
     assert final.token_ids == IDS[:5]  # type: ignore[attr-defined]
     steps = [st for e in events for st in e.spec.steps]  # type: ignore[union-attr]
     assert [(st.tokens, st.accepted) for st in steps] == [(4, 3), (1, 1)]
