@@ -22,7 +22,7 @@ class GatewaySettings(EnvSettings):
         default=1000, ge=1, description="new jobs get a 429 while this many are waiting or running"
     )
     admin_token: str | None = Field(
-        default=None, description="bearer token of the /admin routes; none: the admin routes are closed"
+        default=None, description="bearer token of the /admin routes; none: they answer 403"
     )
     default_max_tokens: int = Field(
         default=256, ge=1, description="max_tokens of a chat completion that sets none"

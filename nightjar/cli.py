@@ -243,6 +243,7 @@ DELEGATED = {
     "models": ("training.cli", "build, convert and train the bundled models (training.cli)"),
     "bench": ("benchmarks.load.cli", "benchmark every policy under dynamic load (benchmarks.load)"),
     "top": ("nightjar.top", "a live view of a running deployment: workers, decisions, drafters"),
+    "chat": ("nightjar.chat", "chat with a running gateway, tokens coloured by their maker (nightjar.chat)"),
 }
 
 
