@@ -54,26 +54,24 @@ def add(
     cls: type[BaseSettings],
     field: str,
     *,
-    dest: str | None = None,
     default: Any = PydanticUndefined,
     help: str | None = None,
     **kwargs: Any,
 ) -> None:
-    """A flag for ``cls.field`` (its dest is the field's name unless ``dest`` says; a nested
-    record's fields take a dotted dest, ``profile.enabled``). ``default`` is what the help
-    shows when the command's default is not the field's (``with_defaults``)."""
+    """A flag for ``cls.field``, its dest the field's name (``given`` matches them), its help
+    the field's description unless ``help`` says more for the command line. ``default`` is
+    what the help shows where the field's default is made at run time (``--worker-id``)."""
     if cls.model_fields.get(field) is None:
         raise KeyError(f"{cls.__name__} has no field {field!r}")
     info = cls.model_fields[field]
     text = (help or info.description or "").replace("%", "%%")
     value = field_default(cls, field) if default is PydanticUndefined else default
-    dest = dest or field
-    _FLAG_NAMES[dest] = flag
+    _FLAG_NAMES[field] = flag
     if kwargs.get("action") in (None, "append") and "metavar" not in kwargs:
         kwargs["metavar"] = flag.lstrip("-").upper().replace("-", "_")
     parser.add_argument(
         flag,
-        dest=dest,
+        dest=field,
         default=argparse.SUPPRESS,
         help=f"{text} (default: {shown(value).replace('%', '%%')}; env {env_name(cls, field)})",
         **kwargs,
