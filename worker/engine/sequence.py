@@ -19,6 +19,7 @@ from shared.schemas import FinishReason, SamplingParams
 from worker.engine.grammar import Constraint
 from worker.engine.logprobs import LogprobState
 from worker.engine.sampler import new_generator
+from worker.engine.spec.plan import SeqSpec
 from worker.engine.spec.router import DrafterChoice
 
 _order = itertools.count()
@@ -52,6 +53,7 @@ class Sequence:
     grammar: Constraint | None = None  # structured output: the grammar's state (grammar.py)
     logprobs: LogprobState | None = None  # set when the request asks for logprobs (logprobs.py)
     drafter_choice: DrafterChoice | None = None  # per-request drafter choice (spec/router.py)
+    spec: SeqSpec = field(default_factory=SeqSpec)  # acceptance and pair under the cost rule (spec/plan.py)
     order: int = field(default_factory=lambda: next(_order))
 
     def __post_init__(self) -> None:
