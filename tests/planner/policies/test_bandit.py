@@ -1,4 +1,4 @@
-"""bandit (the Nightjar paper's bandit over γ): convergence per bucket, sublinear regret, switching cost, composition."""
+"""bandit (the paper's bandit over γ): convergence per bucket, regret, switching cost, composition."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ under a decision whose step costs make speculation cheap up to batch 4 and dear 
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -65,7 +66,9 @@ def test_the_rule_speculates_where_it_pays_and_not_where_it_cannot() -> None:
     assert rule.best(1, dict.fromkeys(DRAFTERS, 0.05), DRAFTERS)[:2] == (None, 0)  # nothing accepted: plain
     assert rule.best(16, dict.fromkeys(DRAFTERS, 0.95), DRAFTERS)[:2] == (None, 0)  # dear verify: plain
     assert rule.best(1, alphas, [PROSE])[0] == PROSE  # only allowed drafters
-    assert rule.could_pay(4, DRAFTERS) and not rule.could_pay(8, DRAFTERS) and not rule.could_pay(32, DRAFTERS)
+    assert (
+        rule.could_pay(4, DRAFTERS) and not rule.could_pay(8, DRAFTERS) and not rule.could_pay(32, DRAFTERS)
+    )
     # between the predicted batch sizes the costs are interpolated
     assert rule.loss(6, CODE, 1, 0.0) == pytest.approx((1.15 + 4.0) / 2)
 
@@ -81,7 +84,7 @@ def test_a_sequence_switches_at_most_once_per_hold_unless_its_batch_class_change
         spec.counts = {good: [40.0, 50.0], bad: [5.0, 50.0]}
         pairs.append(rule.choose(spec, 1, DRAFTERS))
     changes = [i for i in range(1, len(pairs)) if pairs[i] != pairs[i - 1]]
-    assert changes and all(b - a >= 5 for a, b in zip(changes, changes[1:], strict=False)), changes
+    assert changes and all(b - a >= 5 for a, b in itertools.pairwise(changes)), changes
     # a class change (batch 1 -> 16) re-decides at once: plain decoding there
     assert rule.choose(spec, 16, DRAFTERS) == (None, 0)
     # a small edge does not displace the held pair either (MARGIN)
@@ -114,7 +117,9 @@ def _params(n: int = 32) -> SamplingParams:
     return SamplingParams(max_tokens=n, ignore_eos=True)
 
 
-def _drain(engine: LLMEngine, prompts: dict[str, str], decision: Decision) -> tuple[dict[str, list[int]], dict]:
+def _drain(
+    engine: LLMEngine, prompts: dict[str, str], decision: Decision
+) -> tuple[dict[str, list[int]], dict]:
     engine.apply_decision(decision)
     tok = engine.tokenizer
     for rid, text in prompts.items():
@@ -173,7 +178,9 @@ def test_nothing_speculative_runs_where_no_drafter_can_pay(monkeypatch: pytest.M
     tok = engine.tokenizer
     prompts = (CODE_PROMPTS + STORY_PROMPTS) * 4
     for i, text in enumerate(prompts):
-        engine.add_request(EngineRequest(f"r{i}", tok.encode(text), SamplingParams(max_tokens=400, ignore_eos=True)))
+        engine.add_request(
+            EngineRequest(f"r{i}", tok.encode(text), SamplingParams(max_tokens=400, ignore_eos=True))
+        )
     busy = 0
     for _ in range(210):
         stats = engine.step().stats
