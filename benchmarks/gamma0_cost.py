@@ -61,7 +61,9 @@ def prompts(engine: LLMEngine, data: Path, content: str, count: int, max_len: in
         if content == "code":
             ids = tok.encode(item.prompt)
         else:
-            ids = tok.apply_chat_template([{"role": "user", "content": item.prompt}], add_generation_prompt=True)
+            ids = tok.apply_chat_template(
+                [{"role": "user", "content": item.prompt}], add_generation_prompt=True
+            )
             ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
         if len(ids) <= max_len:
             out.append(list(ids))
@@ -70,7 +72,9 @@ def prompts(engine: LLMEngine, data: Path, content: str, count: int, max_len: in
     return out
 
 
-def closed_loop(engine: LLMEngine, decision: Decision, ids: list[list[int]], users: int, max_tokens: int) -> Run:
+def closed_loop(
+    engine: LLMEngine, decision: Decision, ids: list[list[int]], users: int, max_tokens: int
+) -> Run:
     """``users`` requests at a time over ``ids``; the engine's step times summed."""
     engine.apply_decision(decision)
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
@@ -135,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     drafters = drafter_dirs(args.model, None)
     engine = load_engine(args.model, drafters=drafters, num_blocks=4096)
     batches = [int(b) for b in args.batches.split(",")]
-    ids = prompts(engine, Path(args.data_dir), args.content, max(batches) * args.requests + 4, args.max_prompt)
+    ids = prompts(
+        engine, Path(args.data_dir), args.content, max(batches) * args.requests + 4, args.max_prompt
+    )
     print(f"model {args.model}, drafters {engine.drafter_names}, content {args.content}")
     nightjar = nightjar_decision(engine, args.model, ids[-4:], args.profile_budget)
     print("nightjar decision:", nightjar.note or nightjar.gamma_table, "acceptance", nightjar.acceptance,
