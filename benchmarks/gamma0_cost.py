@@ -108,9 +108,11 @@ def nightjar_decision(engine: LLMEngine, model: str, warm: list[list[int]], budg
 
     def decision(version: int) -> Decision:
         c = policy.decide(0.0)
-        return Decision(version=version, policy="nightjar", gamma_table=c.gamma_table, drafter=c.drafter,
-                        drafter_scope="request", score_drafters=c.score_drafters, step_costs=c.step_costs,
-                        acceptance=c.acceptance, acceptance_hi=c.acceptance_hi, hold_steps=c.hold_steps)  # fmt: skip
+        return Decision(
+            version=version, policy="nightjar", gamma_table=c.gamma_table, drafter=c.drafter,
+            drafter_scope="request", score_drafters=c.score_drafters, step_costs=c.step_costs,
+            acceptance=c.acceptance, acceptance_hi=c.acceptance_hi, hold_steps=c.hold_steps,
+        )  # fmt: skip
 
     engine.apply_decision(decision(1))
     params = SamplingParams(max_tokens=48, ignore_eos=True)
@@ -151,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
           "| prompts scored | rounds (ratio) |\n|---|---|---|---|---|---|---|")  # fmt: skip
     for users in batches:
         work = ids[: users * args.requests]
-        ratios, per = [], {"static-0": [], "nightjar": []}
+        ratios: list[float] = []
+        per: dict[str, list[float]] = {"static-0": [], "nightjar": []}
         spec, scored = 0, 0
         for r in range(args.rounds):
             order = [("static-0", static), ("nightjar", nightjar)]
@@ -164,8 +167,9 @@ def main(argv: list[str] | None = None) -> int:
             spec += runs["nightjar"].spec_steps
             scored += runs["nightjar"].prompts_scored
         a, b = statistics.median(per["static-0"]), statistics.median(per["nightjar"])
-        print(f"| {users} | {1000 * a:.2f} | {1000 * b:.2f} | {statistics.median(ratios):.3f} | {spec} | {scored} "
-              f"| {' · '.join(f'{x:.3f}' for x in ratios)} |")  # fmt: skip
+        each = " · ".join(f"{x:.3f}" for x in ratios)
+        ratio = statistics.median(ratios)
+        print(f"| {users} | {1000 * a:.2f} | {1000 * b:.2f} | {ratio:.3f} | {spec} | {scored} | {each} |")
     return 0
 
 
