@@ -13,8 +13,7 @@ from pydantic import Field, model_validator
 
 from shared.settings import EnvSettings
 
-# Speculation on by default: γ per batch size from its bandit, the drafter by Hedge per
-# request, the draft offloaded under KV pressure (docs/planner.md).
+# Speculation on by default: the nightjar policy (docs/planner.md).
 DEFAULT_POLICY = "nightjar"
 
 
