@@ -49,7 +49,7 @@ class PlannerMetrics(MetricSet):
         self.offload = g("planner_offload", "1 while the published decision offloads the drafters.")
         self.weights = g("planner_drafter_weight", "Drafter weights of the policy's learner.", ["drafter"])
         self.acceptance = g(
-            "planner_drafter_acceptance", "The cost rule's prior acceptance per drafter (nightjar).", ["drafter"]
+            "planner_drafter_acceptance", "The cost rule prior acceptance per drafter.", ["drafter"]
         )
         self.version = g("planner_decision_version", "Version of the last decision published.")
         self.age = g("planner_decision_age_seconds", "Seconds since the last decision was published.")
