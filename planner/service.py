@@ -168,7 +168,7 @@ class PlannerService:
         """Ask the policy; publish when the choice changed or the last decision is aging."""
         now = time.time()
         last = self.publisher.last
-        aging = last is None or now - last.created_at >= self.settings.republish_s
+        aging = last is None or now - last.created_at >= self.settings.republish_every_s
         published = None
         try:
             choice = self.slot.policy.decide(now)

@@ -28,6 +28,7 @@ from shared.connection import connect
 from shared.errors import ErrorCode
 from shared.loops import Signal, every, keep_running, retry_redis, wait_for_redis
 from shared.schemas import CancelRequest, ErrorEvent, FinishEvent, FinishReason
+from shared.settings import RuntimeSettings
 from shared.streams import Entry, entries, last_id
 from worker.admission import Admission
 from worker.cost_profile import CostProfiler
@@ -40,6 +41,7 @@ from worker.leases import JobWrite, Leases
 from worker.metrics import WorkerMetrics, log_finished
 from worker.outbox import Outbox, StepOutput, Written
 from worker.presence import Presence
+from worker.profile_cache import ProfileCache, profile_key
 from worker.prompts import PromptEncoder
 from worker.running import RunningJobs
 from worker.settings import WorkerSettings
@@ -64,10 +66,11 @@ class WorkerService:
         s = self.settings = settings
         self.r = redis if redis is not None else connect(s.redis_url)
         # Engine options may name the drafters too (``--engine-opt drafters=[...]``): they win.
-        opts = {"drafters": s.drafters, "ngram": s.ngram, **s.engine}
-        self.engine = engine if engine is not None else create_engine(s.model_dir, **opts)
-        self.prompts = prompts if prompts is not None else PromptEncoder.from_dir(s.model_dir)
-        self.model_name = s.model_name or Path(s.model_dir).name
+        model_dir = s.model_path()
+        opts = {"drafters": list(s.drafters or ()), "ngram": s.ngram, **s.engine}
+        self.engine = engine if engine is not None else create_engine(model_dir, **opts)
+        self.prompts = prompts if prompts is not None else PromptEncoder.from_dir(model_dir)
+        self.model_name = s.model_name or Path(model_dir).name
         self.max_model_len = self.engine.max_model_len
         self.running = RunningJobs(s.max_jobs)
         self.intake = JobIntake(
@@ -82,10 +85,15 @@ class WorkerService:
             self._written,
             lambda: (self.decisions.version, self.decisions.fallback),
         )
-        self.presence = Presence(self.r, s.worker_id, self.model_name, s.max_jobs, self.max_model_len)
-        self.profiler = CostProfiler(
-            self.r, self.engine, self.model_name, s.worker_id, s.profile, lambda: self.decisions.current
+        drafters = list(getattr(self.engine, "drafter_names", []))
+        self.presence = Presence(
+            self.r, s.worker_id, self.model_name, s.max_jobs, self.max_model_len, drafters
         )
+        self.profiler = CostProfiler(
+            self.r, self.engine, self.model_name, s.worker_id, s.profiling(), lambda: self.decisions.current,
+            cache=self._profile_cache(model_dir), refresh_idle_s=s.profile_idle_s,
+            waiting=lambda: len(self.running) > 0,
+        )  # fmt: skip
         self.admission = Admission(
             self.r,
             self.intake,
@@ -96,7 +104,7 @@ class WorkerService:
             self.max_model_len,
             s.progress_s,
         )
-        self.metrics = WorkerMetrics(self.model_name, s.worker_id)
+        self.metrics = WorkerMetrics(self.model_name, s.worker_id, self.max_model_len)
         self.jobs_ended = 0
         self.jobs_lost = 0  # jobs another worker took over while this one held them
         self._cancel_cursor: str | None = None
@@ -105,6 +113,15 @@ class WorkerService:
         self._draining = False
         self._short = False  # the last step was short enough to run the next one inline
         self._prefill = 0  # prompt tokens added since the last step
+
+    def _profile_cache(self, model_dir: str) -> ProfileCache | None:
+        """Where this worker's cost profile is cached (``worker/profile_cache.py``); None when
+        the profile or its cache is off."""
+        s = self.settings
+        if not (s.profile and s.profile_cache):
+            return None
+        key = profile_key(self.engine, model_dir, list(s.drafters or ()), s.profiling())
+        return ProfileCache(RuntimeSettings().cache / "profiles", key)
 
     @property
     def worker_id(self) -> str:
@@ -363,7 +380,8 @@ class WorkerService:
             run = self.running.get(out.request_id)
             if run is None or run.done:  # ended here already (a stop string), or lost
                 continue
-            events = run.feed(out.new_token_ids, out.logprobs, out.prompt_logprobs)
+            run.cached_prompt_tokens = max(run.cached_prompt_tokens, out.cached_prompt_tokens)
+            events = run.feed(out.new_token_ids, out.logprobs, out.prompt_logprobs, out.outcomes)
             if run.stopped and not out.finished:
                 self.engine.abort_request(run.job_id)
             final: FinishEvent | ErrorEvent | None = None
@@ -387,5 +405,5 @@ class WorkerService:
                 self._lose(w.write.job_id)
             elif w.write.final is not None and (run := self.running.retire(w.write.job_id)) is not None:
                 self.jobs_ended += 1
-                self.metrics.observe_final(w.write.final, run.attempt)
+                self.metrics.observe_final(w.write.final, run.attempt, run)
                 log_finished(run.job, w.write.final, self.worker_id, run.attempt)

@@ -150,5 +150,6 @@ def test_the_worker_templates_chat_alike_from_the_directory_or_either_file() -> 
     for source in (SMOL, next(SMOL.glob("*.gguf")), package):
         tok = PromptEncoder.from_dir(source).tokenizer
         assert tok.chat_template, source
-        ids.append(tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=False))
+        templated = tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=False)
+        ids.append(templated)
     assert ids[0] == ids[1] == ids[2]

@@ -150,7 +150,9 @@ def test_greedy_speculation_is_exact_against_the_same_gguf_weights(
     assert [e.kind for s in run.stats for e in s.memory_events][:2] == ["offload", "reload"]
 
 
-def test_which_weights_a_directory_serves(llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_which_weights_a_directory_serves(
+    llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A GGUF beside a safetensors export: its blocks by default on CPU; ``dtype`` (the CLI's
     --dtype fp32) the safetensors as before; a GGUF alone with a dtype, or where the kernel
     cannot be built: dequantised."""
