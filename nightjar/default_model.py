@@ -53,7 +53,8 @@ def default_model(
         exporter(out)
     except Exception as exc:  # any failure (pip, disk, transformers): serve the bundled model
         if has_fp32_export(out):
-            log.warning("serving SmolLM2's fp32 export: adding its GGUF failed (%s: %s)", type(exc).__name__, exc)
+            reason = f"{type(exc).__name__}: {exc}"
+            log.warning("serving SmolLM2's fp32 export: adding its GGUF failed (%s)", reason)
             return out
         log.warning(
             "serving the bundled nj-target: the SmolLM2 export failed (%s: %s); "

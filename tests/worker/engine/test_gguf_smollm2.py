@@ -150,6 +150,6 @@ def test_the_worker_templates_chat_alike_from_the_directory_or_either_file() -> 
     for source in (SMOL, next(SMOL.glob("*.gguf")), package):
         tok = PromptEncoder.from_dir(source).tokenizer
         assert tok.chat_template, source
-        templated = tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=False)
-        ids.append(templated)
+        kw = dict(add_generation_prompt=True, tokenize=True, return_dict=False)
+        ids.append(tok.apply_chat_template(chat, **kw))
     assert ids[0] == ids[1] == ids[2]
