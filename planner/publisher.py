@@ -1,4 +1,4 @@
-"""Versioned decisions: INCR a counter, XADD to the decision stream, SET the latest."""
+"""Versioned decisions: INCR a counter, SET the latest, XADD to the decision stream."""
 
 from __future__ import annotations
 
@@ -49,10 +49,13 @@ class DecisionPublisher:
             valid_for_s=self.valid_for_s,
             note=note,
         )
-        async with self.r.pipeline(transaction=True) as pipe:
-            pipe.xadd(keys.DECISIONS_STREAM, codec.entry(decision), maxlen=DECISIONS_MAXLEN, approximate=True)
-            pipe.set(keys.DECISION_LATEST, codec.encode(decision))
-            await pipe.execute()
+        # The latest first, then the stream, one after the other: on Redis Cluster the two
+        # keys are in different slots (no transaction spans them). A worker that starts in
+        # between reads the new latest and then skips the same version on the stream; a
+        # planner that dies in between leaves the stream one decision short until the next
+        # publish (``republish_s``), never a latest older than the stream's newest.
+        await self.r.set(keys.DECISION_LATEST, codec.encode(decision))
+        await self.r.xadd(keys.DECISIONS_STREAM, codec.entry(decision), maxlen=DECISIONS_MAXLEN, approximate=True)
         self.last = decision
         if self.on_publish is not None:
             self.on_publish(decision)

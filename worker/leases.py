@@ -181,7 +181,8 @@ class Leases:
         first ask SCRIPT EXISTS, one more round trip); its reply goes to ``held``. A Redis
         that lost its scripts answers NOSCRIPT: then ``write`` (which loads it) is the retry."""
         script_keys, args = self._write_call(batch)
-        pipe.evalsha(self._write.sha, len(script_keys), *script_keys, *args)
+        # (execute_command: redis-py's cluster pipeline blocks ``pipe.evalsha`` by name.)
+        pipe.execute_command("EVALSHA", self._write.sha, len(script_keys), *script_keys, *args)
 
     @staticmethod
     def held(reply: object) -> list[bool]:
