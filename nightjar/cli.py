@@ -155,6 +155,28 @@ def _add_planner(p: argparse.ArgumentParser) -> None:
         help="seconds a decision stays valid: workers fall back to no speculation when the planner "
         "is silent this long (NIGHTJAR_DECISION_VALID_FOR_S)",
     )
+    # The capacity estimate: workers each model needs (planner/capacity.py, docs/scaling.md).
+    p.add_argument(
+        "--ttft-target", type=float, default=env("TTFT_TARGET_S", "2.0"),
+        help="SLO: seconds within which a waiting job starts (NIGHTJAR_TTFT_TARGET_S)",
+    )
+    p.add_argument(
+        "--tpot-target", type=float, default=env("TPOT_TARGET_S", "0.1"),
+        help="SLO: seconds per output token of one stream (NIGHTJAR_TPOT_TARGET_S)",
+    )
+    p.add_argument(
+        "--target-utilization", type=float, default=env("TARGET_UTILIZATION", "0.8"),
+        help="the busiest a worker is planned to be, in (0, 1] (NIGHTJAR_TARGET_UTILIZATION)",
+    )
+    p.add_argument("--min-workers", type=int, default=env("MIN_WORKERS", "1"), help="NIGHTJAR_MIN_WORKERS")
+    p.add_argument(
+        "--max-workers", type=int, default=env("MAX_WORKERS", "0"), help="0: no cap (NIGHTJAR_MAX_WORKERS)"
+    )
+    p.add_argument(
+        "--plan-models", default=env("PLAN_MODELS", ""),
+        help="comma-separated models to plan for even with no live worker, e.g. scaled to zero "
+        "(NIGHTJAR_PLAN_MODELS)",
+    )  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -121,15 +121,26 @@ def _planner_service(args: argparse.Namespace) -> Service:
         raise UsageError(str(exc)) from None
     if not args.valid_for > 0:
         raise UsageError("--valid-for must be positive")
-    settings = PlannerSettings(
-        redis_url=args.redis_url,
-        policy=args.policy,
-        params=params,
-        valid_for_s=args.valid_for,
-        republish_s=min(10.0, args.valid_for / 3),
-        metrics_port=getattr(args, "metrics_port", None),
-        metrics_host=getattr(args, "metrics_host", "127.0.0.1"),
-    )
+    if not (args.ttft_target > 0 and args.tpot_target > 0 and 0 < args.target_utilization <= 1):
+        raise UsageError("--ttft-target and --tpot-target must be positive, --target-utilization in (0, 1]")
+    try:
+        settings = PlannerSettings(
+            redis_url=args.redis_url,
+            policy=args.policy,
+            params=params,
+            valid_for_s=args.valid_for,
+            republish_s=min(10.0, args.valid_for / 3),
+            metrics_port=getattr(args, "metrics_port", None),
+            metrics_host=getattr(args, "metrics_host", "127.0.0.1"),
+            ttft_target_s=args.ttft_target,
+            tpot_target_s=args.tpot_target,
+            target_utilization=args.target_utilization,
+            min_workers=args.min_workers,
+            max_workers=args.max_workers,
+            plan_models=[m.strip() for m in args.plan_models.split(",") if m.strip()],
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     return PlannerService(settings).run
 
 

@@ -19,6 +19,7 @@ class DecisionPublisher:
         self.valid_for_s = valid_for_s
         self.last: Decision | None = None
         self.on_publish: Callable[[Decision], None] | None = None  # e.g. the planner's metrics
+        self.desired_workers: dict[str, int] = {}  # the capacity estimate, carried by every decision
 
     def changed(self, choice: Choice, policy: str) -> bool:
         """Would publishing ``choice`` tell the workers something new?"""
@@ -32,6 +33,7 @@ class DecisionPublisher:
             or _costs_moved(d.drafter_costs, choice.drafter_costs)
             or sorted(d.skip_drafters) != sorted(choice.skip_drafters)
             or d.offload != choice.offload
+            or d.desired_workers != self.desired_workers
         )
 
     async def publish(self, choice: Choice, policy: str, note: str) -> Decision:
@@ -46,6 +48,7 @@ class DecisionPublisher:
             drafter_costs={k: round(float(v), 4) for k, v in choice.drafter_costs.items()},
             skip_drafters=sorted(choice.skip_drafters),
             offload=choice.offload,
+            desired_workers=dict(self.desired_workers),
             valid_for_s=self.valid_for_s,
             note=note,
         )
@@ -55,7 +58,9 @@ class DecisionPublisher:
         # planner that dies in between leaves the stream one decision short until the next
         # publish (``republish_s``), never a latest older than the stream's newest.
         await self.r.set(keys.DECISION_LATEST, codec.encode(decision))
-        await self.r.xadd(keys.DECISIONS_STREAM, codec.entry(decision), maxlen=DECISIONS_MAXLEN, approximate=True)
+        await self.r.xadd(
+            keys.DECISIONS_STREAM, codec.entry(decision), maxlen=DECISIONS_MAXLEN, approximate=True
+        )
         self.last = decision
         if self.on_publish is not None:
             self.on_publish(decision)

@@ -20,6 +20,8 @@ import anyio
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
+from planner.capacity import SLO, CapacityPlanner
+from planner.capacity_io import CapacityReader
 from planner.metrics import PlannerMetrics
 from planner.policy_slot import PolicyFactory, PolicySlot, registry_factory
 from planner.profiles import newest_profile, same
@@ -53,6 +55,15 @@ class PlannerService:
         self.publisher.on_publish = self.metrics.on_publish
         self._saved_at = time.monotonic()
         self.profile: CostProfile | None = None  # the workers' newest startup cost profile
+        slo = SLO(settings.ttft_target_s, settings.tpot_target_s, settings.target_utilization)
+        self.capacity = CapacityPlanner(
+            slo,
+            window_s=settings.capacity_window_s,
+            scale_down_window_s=settings.scale_down_window_s,
+            min_workers=settings.min_workers,
+            max_workers=settings.max_workers,
+        )
+        self.capacity_reader = CapacityReader(self.r, self.capacity, settings.plan_models)
 
     async def start(self) -> Decision:
         """Set up groups, load the policy in force, publish a first decision."""
@@ -79,6 +90,7 @@ class PlannerService:
                 tg.start_soon(keep_running, "telemetry", self._gather_telemetry)
                 tg.start_soon(keep_running, "control", self.read_control)
                 tg.start_soon(every, self.settings.decide_s, self.decide, "decide")
+                tg.start_soon(every, self.settings.capacity_s, self.plan_capacity, "capacity")
         finally:
             if http is not None:
                 http.shutdown()
@@ -116,6 +128,7 @@ class PlannerService:
                 continue
             if isinstance(msg, Telemetry):
                 try:
+                    self.capacity.observe(msg)
                     self.slot.policy.observe(msg)
                     self.observed += 1
                     self.metrics.observe_telemetry(msg)
@@ -181,6 +194,17 @@ class PlannerService:
             await self.slot.save_state()
             self._saved_at = time.monotonic()
         return published
+
+    async def plan_capacity(self, now: float | None = None) -> dict[str, int]:
+        """Estimate the workers each model needs (planner/capacity.py), export it, and publish
+        a decision carrying it when it changed."""
+        desired = await self.capacity_reader.refresh(now)
+        self.metrics.observe_capacity(self.capacity)
+        if desired != self.publisher.desired_workers:
+            self.publisher.desired_workers = desired
+            log.info("desired workers: %s", ", ".join(f"{m} {n}" for m, n in desired.items()) or "none")
+            await self.decide()
+        return desired
 
     async def _watch_profile(self) -> None:
         """One look at the profiles, after ``profile_check_s`` — or ``PROFILE_WAIT_S`` while

@@ -135,6 +135,11 @@ class Decision(Message):
         default_factory=list, max_length=64
     )
     offload: bool = False
+    # Workers each model needs under the planner's SLO (planner/capacity.py): for operators
+    # and autoscalers (also the gauge nightjar:planner_desired_workers); workers ignore it.
+    desired_workers: dict[
+        Annotated[str, Field(max_length=MAX_NAME)], Annotated[int, Field(ge=0, le=1_000_000)]
+    ] = Field(default_factory=dict, max_length=1024)
     created_at: float = Field(default_factory=time.time)
     valid_for_s: float = 30.0
     note: str = ""

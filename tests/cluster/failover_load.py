@@ -53,7 +53,9 @@ class Submitter:
                     return
                 answer = str(resp.status_code)
                 answer += "+retry-after" if "retry-after" in resp.headers else ""
-                answer += "+json" if resp.headers.get("content-type", "").startswith("application/json") else ""
+                answer += (
+                    "+json" if resp.headers.get("content-type", "").startswith("application/json") else ""
+                )
                 self.refusals.append(answer)
                 wait_s = min(RETRY_CAP_S, float(resp.headers.get("retry-after", RETRY_CAP_S)))
             await anyio.sleep(wait_s)  # the client's back-off (pacing, not a wait for a condition)

@@ -298,7 +298,7 @@ class SentinelSet:
             if not s.alive():
                 continue
             with contextlib.suppress(redis.RedisError, OSError), s.client() as c:
-                host, port = c.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service)
+                _, port = c.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service)
                 seen.add(int(port))
         return seen.pop() if len(seen) == 1 else None
 

@@ -155,7 +155,9 @@ async def test_a_batch(healthy: Cluster, gw: httpx.AsyncClient) -> None:
     assert isinstance(batch, dict) and batch["status"] == "completed", batch
     assert batch["request_counts"] == {"total": 3, "completed": 3, "failed": 0}
     out = (await gw.get(f"/v1/files/{batch['output_file_id']}/content")).text
-    got = {o["custom_id"]: o["response"]["body"]["choices"][0]["text"] for o in map(json.loads, out.splitlines())}
+    got = {
+        o["custom_id"]: o["response"]["body"]["choices"][0]["text"] for o in map(json.loads, out.splitlines())
+    }
     tok = _tok(healthy.model_dir)
     for i, p in enumerate(prompts):
         assert got[f"c{i}"] == tok.decode(expected_greedy(healthy.model_dir, p, 6), skip_special_tokens=True)

@@ -64,7 +64,9 @@ async def test_the_models_master_killed_mid_load(
             killed_at = redis_cluster.nodes[master].kill()
             await anyio.to_thread.run_sync(
                 lambda: wait_until(
-                    lambda: redis_cluster.master_of(names.jobs_stream()) == replica, 30, "the replica's promotion"
+                    lambda: redis_cluster.master_of(names.jobs_stream()) == replica,
+                    30,
+                    "the replica's promotion",
                 )
             )
             promoted_s = time.time() - killed_at
@@ -102,7 +104,9 @@ async def test_the_models_master_killed_mid_load(
     await wait_acked(r)
     # The killed node comes back as a replica of the promoted one: the cluster is whole again.
     redis_cluster.nodes[master].start()
-    await anyio.to_thread.run_sync(lambda: wait_until(redis_cluster.healthy, 30, "the old master as a replica"))
+    await anyio.to_thread.run_sync(
+        lambda: wait_until(redis_cluster.healthy, 30, "the old master as a replica")
+    )
     assert redis_cluster.role(master) == "slave" and redis_cluster.shards()[replica] == [master]
 
 

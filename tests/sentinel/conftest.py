@@ -35,9 +35,7 @@ def services(sentinel_set: SentinelSet, tmp_path_factory: pytest.TempPathFactory
     keep = os.environ.get("NIGHTJAR_CHAOS_LOGS")
     logs = Path(keep) / "sentinel" if keep else tmp_path_factory.mktemp("sentinel-logs")
     logs.mkdir(parents=True, exist_ok=True)
-    c = Cluster(
-        None, model, logs, workers=("wA",), redis_url=sentinel_set.url, worker_args=("--no-profile",)
-    )
+    c = Cluster(None, model, logs, workers=("wA",), redis_url=sentinel_set.url, worker_args=("--no-profile",))
     c.start_all()
     try:
         yield c

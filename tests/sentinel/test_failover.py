@@ -58,7 +58,9 @@ async def test_master_killed_mid_load_services_follow_the_new_master(
             await poll(tokens_flowing, 60, "jobs streaming tokens")
             killed_at = sentinel_set.data[master].kill()
             await anyio.to_thread.run_sync(
-                lambda: wait_until(lambda: sentinel_set.master_port() == replica, 30, "the sentinels' failover")
+                lambda: wait_until(
+                    lambda: sentinel_set.master_port() == replica, 30, "the sentinels' failover"
+                )
             )
             failover_s = time.time() - killed_at
             accepted_before = len(submitter.accepted)
@@ -76,7 +78,8 @@ async def test_master_killed_mid_load_services_follow_the_new_master(
     expected = {j: expected_greedy(c.model_dir, p, n_of[j]) for j, p in accepted.items()}
     t = tally([await audit(r, j) for j in accepted], expected)
     print(
-        f"\n[sentinel failover] master {master} killed; sentinels promoted {replica} after {failover_s:.1f}s; "
+        f"\n[sentinel failover] master {master} killed; sentinels promoted {replica} "
+        f"after {failover_s:.1f}s; "
         f"first job write on it {gap_s:.1f}s after the kill; {t}; submits {len(submitter.accepted)} "
         f"(tries max {max(submitter.tries)}, refusals {sorted(set(submitter.refusals))} "
         f"x{len(submitter.refusals)}); stream reconnects {sum(f.reconnects for f in followed.values())}"
@@ -88,5 +91,7 @@ async def test_master_killed_mid_load_services_follow_the_new_master(
         j: expected[j] for j in streamed
     }
     assert submitter.gave_up == 0
-    assert all(a == "503+retry-after+json" or not a[0].isdigit() for a in submitter.refusals), submitter.refusals
+    assert all(a == "503+retry-after+json" or not a[0].isdigit() for a in submitter.refusals), (
+        submitter.refusals
+    )
     await wait_acked(r)
