@@ -34,6 +34,7 @@ from worker.cost_profile import CostProfiler
 from worker.decisions import DecisionFollower
 from worker.engine.api import Engine, RequestOutput, StepResult, StepStats
 from worker.engine_factory import create_engine
+from worker.health import WorkerHealth
 from worker.intake import JobIntake, guess_job_id
 from worker.job_run import JobRun
 from worker.leases import JobWrite, Leases
@@ -105,6 +106,7 @@ class WorkerService:
         self._draining = False
         self._short = False  # the last step was short enough to run the next one inline
         self._prefill = 0  # prompt tokens added since the last step
+        self.health = WorkerHealth(s.worker_id, self.model_name, s.max_jobs, lambda: len(self.running))
 
     @property
     def worker_id(self) -> str:
@@ -117,10 +119,25 @@ class WorkerService:
 
     async def run(self, burst: bool = False) -> None:
         """Serve until cancelled or stopped; with ``burst``, drain the job stream and return."""
+        # Probes (worker/health.py) answer from the start (not ready while the profile is measured and Redis
+        # awaited), so a liveness probe does not restart a worker that is still starting.
+        http = self.metrics.serve_http(
+            self.settings.metrics_port, self.settings.metrics_host, self.health.probe
+        )
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self.health.ticking)
+                await self._serve(burst)
+                tg.cancel_scope.cancel()
+        finally:
+            if http is not None:
+                http.shutdown()
+
+    async def _serve(self, burst: bool) -> None:
         await self.profiler.measure()  # before taking jobs: nothing else steps the engine
         await wait_for_redis(self.r, f"worker {self.worker_id}")
         await retry_redis("worker start", self._start)
-        http = self.metrics.serve_http(self.settings.metrics_port, self.settings.metrics_host)
+        self.health.serving = True
         log.info(
             "worker %s serving %s (drafters: %s)",
             self.worker_id,
@@ -145,8 +162,7 @@ class WorkerService:
                     await self._drain()
                 tg.cancel_scope.cancel()
         finally:
-            if http is not None:
-                http.shutdown()
+            self.health.serving = False
             with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                 try:
                     await self.presence.leave()
@@ -157,6 +173,7 @@ class WorkerService:
         await self.intake.setup()
         await self.decisions.start()
         await self.presence.beat(0, self.decisions.version, self.decisions.fallback)
+        self.health.beat_ok()
         await self.profiler.publish()
 
     # -- intake ---------------------------------------------------------------------------
@@ -246,7 +263,7 @@ class WorkerService:
                 await self.running.ended.wait()
 
     async def _drain(self) -> None:
-        self._draining = True
+        self._draining = self.health.draining = True
         log.info(
             "worker %s draining %d jobs (up to %.0fs)",
             self.worker_id,
@@ -294,6 +311,7 @@ class WorkerService:
         await self.presence.beat(
             len(self.running), self.decisions.version, self.decisions.fallback, self._draining
         )
+        self.health.beat_ok()
         await self.profiler.publish()  # once per measurement
 
     async def _follow_cancels(self) -> None:
