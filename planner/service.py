@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import anyio
 import redis.asyncio as aioredis
@@ -35,6 +36,7 @@ from shared.profile import CostProfile
 from shared.streams import ensure_group, entries
 
 log = logging.getLogger(__name__)
+STALL_S = 30.0  # health: a decide loop silent this long is stalled
 PROFILE_WAIT_S = 0.25  # seconds between looks for a cost profile while the planner has none
 
 
@@ -54,6 +56,7 @@ class PlannerService:
         self.metrics = PlannerMetrics()
         self.publisher.on_publish = self.metrics.on_publish
         self._saved_at = time.monotonic()
+        self._decided_at = time.monotonic()  # the decide loop's last run (health)
         self.profile: CostProfile | None = None  # the workers' newest startup cost profile
         slo = SLO(settings.ttft_target_s, settings.tpot_target_s, settings.target_utilization)
         self.capacity = CapacityPlanner(
@@ -82,7 +85,7 @@ class PlannerService:
         await wait_for_redis(self.r, "planner")
         await retry_redis("planner start", self.start, max_backoff_s=1.0)
         await retry_redis("planner status", self.write_status, max_backoff_s=1.0)  # seen at once, not in 1 s
-        http = self.metrics.serve_http(self.settings.metrics_port, self.settings.metrics_host)
+        http = self.metrics.serve_http(self.settings.metrics_port, self.settings.metrics_host, self.health)
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(every, 1.0, self.write_status, "status")
@@ -177,8 +180,24 @@ class PlannerService:
         self._hand_profile()
         return await self._publish(f"policy {old} -> {cmd.policy} {cmd.params} by {cmd.requested_by}")
 
+    def health(self, path: str) -> tuple[int, dict[str, Any]]:
+        """The planner's probes (beside /metrics on ``--metrics-port``): 200 while its decide
+        loop has run within ``STALL_S`` (and, but for /health/live, it has published)."""
+        age = time.monotonic() - self._decided_at
+        body = {
+            "policy": self.slot.name,
+            "version": self.publisher.last.version if self.publisher.last else 0,
+        }
+        ok = age <= STALL_S and (path == "/health/live" or self.publisher.last is not None)
+        return (200 if ok else 503), {
+            "status": "ok" if ok else "not_ready",
+            "decide_age_s": round(age, 3),
+            **body,
+        }
+
     async def decide(self) -> Decision | None:
         """Ask the policy; publish when the choice changed or the last decision is aging."""
+        self._decided_at = time.monotonic()
         now = time.time()
         last = self.publisher.last
         aging = last is None or now - last.created_at >= self.settings.republish_s
