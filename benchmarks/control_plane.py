@@ -211,7 +211,8 @@ def window(a: Snap, b: Snap, size: int) -> dict[str, Any]:
 
 
 async def drive(url: str, args: argparse.Namespace, load: Load, stop: anyio.Event) -> None:
-    limits = httpx.Limits(max_connections=args.concurrency + 8, max_keepalive_connections=args.concurrency + 8)
+    n = args.concurrency + 8
+    limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
 
         async def user(i: int) -> None:

@@ -29,7 +29,7 @@ from gateway.registry import WorkerRegistry, raw_bytes
 from gateway.settings import GatewaySettings
 from shared import codec, jobs, keys
 from shared.errors import ErrorCode
-from shared.schemas import CancelRequest, ErrorEvent, FinishEvent, JobRequest, Message
+from shared.schemas import CancelRequest, ErrorEvent, FinishEvent, JobRequest, Message, TokenEvent
 from shared.streams import group_load, id_str
 
 CANCEL_MAXLEN = 10_000  # cancellations are only read live; a short history suffices
@@ -282,6 +282,7 @@ class JobStore:
         if sub.final_of is not None:
             await sub.start(after)  # the hub looks at the job's status as it follows it
             ended = ended or sub.over
+        sent = 0  # output positions this reader was sent
         while True:
             block: int | None = None
             if not ended:
@@ -302,6 +303,13 @@ class JobStore:
                     msg = codec.from_entry(fields)
                 except codec.CodecError:
                     continue  # not ours to judge; the worker wrote it
+                if isinstance(msg, TokenEvent):
+                    end = msg.index + len(msg.token_ids)
+                    if msg.token_ids and end <= sent:
+                        # Sent already: a re-run wrote these positions again because a Redis
+                        # failover lost the writes this reader had been sent (worker/leases.py).
+                        continue
+                    sent = max(sent, end)
                 yield StoredEvent(after, msg)
                 if isinstance(msg, FinishEvent | ErrorEvent):
                     return
