@@ -108,16 +108,17 @@ def deployed(args: argparse.Namespace, size: int, logs: Path) -> Iterator[Deploy
     try:
         yield d
     finally:
-        everyone = [p for g in ("workers", "gateway", "planner", "redis") for p in d.procs.get(g, [])]
-        for p in everyone:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in everyone:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        for group in ("workers", "gateway", "planner", "redis"):  # Redis last: the others drain on it
+            procs = d.procs.get(group, [])
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            for p in procs:
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
 
 
 async def wait_ready(d: Deployment, r: aioredis.Redis, timeout_s: float) -> float:
@@ -157,7 +158,10 @@ class Snap:
 class Load:
     requests: int = 0
     tokens: int = 0
-    errors: int = 0
+    errors: dict[str, int] = field(default_factory=dict)  # what failed: "503", "ReadTimeout", ...
+
+    def failed(self, what: str) -> None:
+        self.errors[what] = self.errors.get(what, 0) + 1
 
 
 async def snapshot(d: Deployment, r: aioredis.Redis, load: Load) -> Snap:
@@ -210,6 +214,24 @@ def window(a: Snap, b: Snap, size: int) -> dict[str, Any]:
     return out
 
 
+def marginal(idle: dict[str, Any], busy: dict[str, Any]) -> dict[str, Any]:
+    """What the load added over the idle workers' background, per token and per request:
+    Redis calls, and each component's CPU milliseconds (so its ceiling on one core)."""
+    tok, req = busy["tokens_per_s"], busy["requests_per_s"]
+    if not tok:
+        return {}
+    calls = busy["redis_calls_per_s"] - idle["redis_calls_per_s"]
+    cpu = {g: busy["cpu_share"][g] - idle["cpu_share"][g] for g in busy["cpu_share"]}
+    return {
+        "redis_calls_per_token": round(calls / tok, 3),
+        "redis_calls_per_request": round(calls / req, 1),
+        "cpu_ms_per_1k_tokens": {g: round(c / tok * 1e6, 1) for g, c in cpu.items()},
+        "cpu_ms_per_request": {g: round(c / req * 1e3, 2) for g, c in cpu.items()},
+        "tokens_per_core_s": {g: round(tok / c) for g, c in cpu.items() if c > 0},
+        "requests_per_core_s": {g: round(req / c, 1) for g, c in cpu.items() if c > 0},
+    }
+
+
 async def drive(url: str, args: argparse.Namespace, load: Load, stop: anyio.Event) -> None:
     n = args.concurrency + 8
     limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
@@ -223,25 +245,27 @@ async def drive(url: str, args: argparse.Namespace, load: Load, stop: anyio.Even
                     "max_tokens": args.tokens, "temperature": 0, "ignore_eos": True,
                 }  # fmt: skip
                 n += 1
+                got, what = 0, ""
                 try:
                     if args.stream:
                         body |= {"stream": True, "stream_options": {"include_usage": True}}
-                        got = 0
                         async with client.stream("POST", "/v1/completions", json=body) as resp:
+                            what = str(resp.status_code)
                             async for line in resp.aiter_lines():
                                 if line.startswith("data: {") and '"usage"' in line:
                                     usage = json.loads(line[6:]).get("usage") or {}
                                     got = usage.get("completion_tokens", got)
                     else:
                         resp = await client.post("/v1/completions", json=body)
+                        what = str(resp.status_code)
                         got = resp.json()["usage"]["completion_tokens"] if resp.status_code == 200 else 0
-                except (httpx.HTTPError, ValueError, KeyError):
-                    got = 0
+                except (httpx.HTTPError, ValueError, KeyError) as exc:
+                    what = type(exc).__name__
                 if got:
                     load.requests += 1
                     load.tokens += got
-                else:
-                    load.errors += 1
+                elif not stop.is_set():
+                    load.failed(what)
 
         async with anyio.create_task_group() as tg:
             for i in range(args.concurrency):
@@ -270,7 +294,8 @@ async def measure_size(args: argparse.Namespace, size: int, logs: Path) -> dict[
             planner = next((g for g in groups if g["name"] in (b"planner", "planner")), {})
             busy["planner_lag_at_end"] = int(planner.get("lag") or 0) + int(planner.get("pending") or 0)
             busy["client_errors"] = load.errors
-            return {"workers": size, "ready_s": round(ready_s, 1), "idle": idle, "load": busy}
+            out = {"workers": size, "ready_s": round(ready_s, 1), "idle": idle, "load": busy}
+            return out | {"marginal": marginal(idle, busy)}
         finally:
             await r.aclose()
 

@@ -29,6 +29,7 @@ from gateway.registry import WorkerRegistry, raw_bytes
 from gateway.settings import GatewaySettings
 from shared import codec, jobs, keys
 from shared.errors import ErrorCode
+from shared.replication import ReplicaWait
 from shared.schemas import CancelRequest, ErrorEvent, FinishEvent, JobRequest, Message, TokenEvent
 from shared.streams import group_load, id_str
 
@@ -68,6 +69,8 @@ class JobStore:
         self.hub = EventHub(r)
         self.registry = WorkerRegistry(r, settings.worker_timeout_s)
         self._models: OrderedDict[str, str] = OrderedDict()
+        # Admissions and cancellations on a replica before the answer (shared/replication.py).
+        self.replicas = ReplicaWait.for_url(r, settings.redis_url)
 
     async def queue_load(self, model: str | None = None) -> int:
         """Jobs on a model's stream (every live model's when None) not yet acknowledged:
@@ -159,6 +162,14 @@ class JobStore:
             async with self.r.pipeline(transaction=False) as pipe:
                 self._index(pipe, job, owner)
                 await pipe.execute()
+        ttl = max(1, int(self.settings.result_ttl_s))
+        await self.replicas.confirm(
+            {
+                keys.job_model(job.job_id): ttl,
+                keys.job_key(job.model, job.job_id): ttl,
+                keys.owner_jobs(owner): ttl,
+            }
+        )
         return Submitted(job.job_id, created=True, status=jobs.JobStatus.QUEUED.value)
 
     async def _admit(self, job: JobRequest, limit: int, owner: str, fingerprint: str) -> Admitted:
@@ -341,6 +352,7 @@ class JobStore:
                 approximate=True,
             )
             await pipe.execute()
+        await self.replicas.confirm({keys.job_cancel(model, job_id): ttl})
 
     async def result(self, job_id: str) -> FinishEvent | ErrorEvent | None:
         """The final event stored in the job record, if any."""

@@ -170,12 +170,14 @@ async def test_a_models_keys_streams_and_scripts_stay_in_one_slot(
 ) -> None:
     """Read from the nodes, after the tests above ran: every key of the model's queue and jobs
     is in one slot, on one master; no node ever answered CROSSSLOT (a multi-key command, a
-    script or a transaction over several slots); the scripts ran (EVALSHA) on that master."""
+    script or a transaction over several slots); the scripts ran (EVALSHA) on that master,
+    and the gateway waited (WAIT) for its replica before answering each submit."""
     model_master = redis_cluster.master_of(names.jobs_stream())
     slot = redis_cluster.keyslot(names.jobs_stream())
     model_keys: list[str] = []
     crossslot: dict[int, int] = {}
     evalsha: dict[int, int] = {}
+    waits: dict[int, int] = {}
     for port in redis_cluster.shards():
         node = redis_cluster.nodes[port]
         with node.client() as c:
@@ -185,7 +187,9 @@ async def test_a_models_keys_streams_and_scripts_stay_in_one_slot(
             model_keys += found
             errors = c.info("errorstats")
             crossslot[port] = int(errors.get("errorstat_CROSSSLOT", {}).get("count", 0))
-            evalsha[port] = int(c.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+            stats = c.info("commandstats")
+            evalsha[port] = int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+            waits[port] = int(stats.get("cmdstat_wait", {}).get("calls", 0))
     assert {keys.jobs_stream(names.MODEL), keys.finished_stream(names.MODEL)} <= set(model_keys)
     assert any(k.endswith(":events") for k in model_keys) and any(":job:" in k for k in model_keys)
     with redis_cluster.nodes[model_master].client() as c:
@@ -193,6 +197,8 @@ async def test_a_models_keys_streams_and_scripts_stay_in_one_slot(
     assert slots == {slot}, f"the model's keys span slots {sorted(slots)}"
     assert not any(crossslot.values()), f"CROSSSLOT errors by node: {crossslot}"
     assert evalsha[model_master] > 0, evalsha
+    # Every admission waited for the model master's replica before its 202 (shared/replication.py).
+    assert waits[model_master] >= 10, waits
     # Another master redirects a plain client to the model's slot on its master (MOVED).
     other = next(p for p in redis_cluster.shards() if p != model_master)
     with redis_cluster.nodes[other].client() as c, pytest.raises(redis.ResponseError) as moved:
