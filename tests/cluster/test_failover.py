@@ -114,14 +114,14 @@ async def test_a_killed_workers_job_is_taken_over(
     healthy: Cluster, gw: httpx.AsyncClient, r: aioredis.Redis
 ) -> None:
     c = healthy
-    prompt, n = "Taken over on a cluster", 160
+    prompt, n = "Taken over on a cluster", 600  # long enough to be caught running (~650 tokens/s here)
     (job_id,) = await submit_all(gw, [prompt], max_tokens=n, ignore_eos=True)
 
     async def running_on() -> str | None:
         h = (await holdings(r, [job_id]))[job_id]
-        return h.worker if h.status == "running" and h.events >= 3 else None
+        return h.worker if h.status == "running" and h.events >= 2 else None
 
-    victim = await poll(running_on, 60, "the long job to stream tokens")
+    victim = await poll(running_on, 60, "the long job to stream tokens", every_s=0.01)
     assert isinstance(victim, str)
     c.signal(victim, signal.SIGKILL)
     await wait_all_ended(r, [job_id], 90, "the job taken over")
