@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 import httpx
+from pydantic import Field
 from rich.console import Console
 from rich.text import Text
+
+from nightjar.flags import add, build, given
+from nightjar.options import UsageError
+from shared.settings import EnvSettings
 
 STYLES = {True: "green", False: "blue", None: "dim"}  # accepted draft, target's own, earlier attempt
 
@@ -61,7 +65,7 @@ class Answer:
 class Chat:
     """A conversation with one gateway; ``ask`` streams one answer to the console."""
 
-    def __init__(self, args: argparse.Namespace, console: Console) -> None:
+    def __init__(self, args: ChatSettings, console: Console) -> None:
         self.args, self.console = args, console
         self.messages: list[dict[str, str]] = []
         if args.system:
@@ -125,7 +129,7 @@ class Chat:
         return False
 
 
-def run(args: argparse.Namespace, lines: TextIO, console: Console) -> int:
+def run(args: ChatSettings, lines: TextIO, console: Console) -> int:
     """The session: one message per line of ``lines``; 0 when every message was answered."""
     chat, failed = Chat(args, console), False
     legend = Text.assemble(
@@ -152,6 +156,48 @@ def run(args: argparse.Namespace, lines: TextIO, console: Console) -> int:
     return 1 if failed else 0
 
 
+class ChatSettings(EnvSettings):
+    url: str = Field(
+        default="http://127.0.0.1:8000", validation_alias="NIGHTJAR_URL", description="the gateway"
+    )
+    api_key: str | None = Field(
+        default=None, validation_alias="NIGHTJAR_API_KEY", description="Bearer key; none: no key"
+    )
+    model: str | None = Field(
+        default=None,
+        validation_alias="NIGHTJAR_CHAT_MODEL",
+        description="the model to ask; none: the gateway's only or default one",
+    )
+    max_tokens: int = Field(
+        default=256,
+        ge=1,
+        validation_alias="NIGHTJAR_CHAT_MAX_TOKENS",
+        description="most tokens in one answer",
+    )
+    temperature: float = Field(
+        default=0.0,
+        ge=0,
+        validation_alias="NIGHTJAR_CHAT_TEMPERATURE",
+        description="sampling temperature; 0: greedy",
+    )
+    system: str | None = Field(
+        default=None,
+        validation_alias="NIGHTJAR_CHAT_SYSTEM",
+        description="a system message that starts the conversation",
+    )
+    timeout: float = Field(
+        default=600.0,
+        gt=0,
+        validation_alias="NIGHTJAR_CHAT_TIMEOUT",
+        description="seconds one answer may take",
+    )
+    color: Literal["auto", "always", "never"] = Field(
+        default="auto",
+        validation_alias="NIGHTJAR_CHAT_COLOR",
+        description="colour the tokens; auto: when writing to a terminal",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="nightjar chat",
@@ -160,40 +206,30 @@ def build_parser() -> argparse.ArgumentParser:
         "drafter, γ, acceptance and tokens/s. One message per line of standard input; /new starts "
         "over, /quit (or the end of the input) ends.",
     )
-    env = os.environ.get
-    p.add_argument(
-        "--url",
-        default=env("NIGHTJAR_URL", "http://127.0.0.1:8000"),
-        help="the gateway (NIGHTJAR_URL; %(default)s)",
-    )
-    p.add_argument(
-        "--api-key", default=env("NIGHTJAR_API_KEY"), help="Bearer key (NIGHTJAR_API_KEY; none: no key)"
-    )
-    p.add_argument("--model", default=None, help="the model to ask (none: the gateway's only or default one)")
-    p.add_argument("--max-tokens", type=int, default=256, help="most tokens in one answer (%(default)s)")
-    p.add_argument(
-        "--temperature", type=float, default=0.0, help="sampling temperature, 0 = greedy (%(default)s)"
-    )
-    p.add_argument("--system", default=None, help="a system message that starts the conversation (none)")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds one answer may take (%(default)s)")
-    p.add_argument(
-        "--color",
-        choices=("auto", "always", "never"),
-        default="auto",
-        help="colour the tokens; auto: when writing to a terminal (%(default)s)",
-    )
+    add(p, "--url", ChatSettings, "url")
+    add(p, "--api-key", ChatSettings, "api_key")
+    add(p, "--model", ChatSettings, "model")
+    add(p, "--max-tokens", ChatSettings, "max_tokens", type=int)
+    add(p, "--temperature", ChatSettings, "temperature", type=float)
+    add(p, "--system", ChatSettings, "system")
+    add(p, "--timeout", ChatSettings, "timeout", type=float)
+    add(p, "--color", ChatSettings, "color", choices=("auto", "always", "never"))
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.max_tokens < 1 or args.timeout <= 0:
-        print("nightjar chat: error: --max-tokens must be at least 1 and --timeout positive", file=sys.stderr)
-        return 2
-    force = {"always": True, "never": False}.get(args.color)
-    console = Console(force_terminal=force, no_color=args.color == "never", highlight=False, soft_wrap=True)
     try:
-        return run(args, sys.stdin, console)
+        settings = build(ChatSettings, **given(args, ChatSettings))
+    except UsageError as exc:
+        print(f"nightjar chat: error: {exc}", file=sys.stderr)
+        return 2
+    force = {"always": True, "never": False}.get(settings.color)
+    console = Console(
+        force_terminal=force, no_color=settings.color == "never", highlight=False, soft_wrap=True
+    )
+    try:
+        return run(settings, sys.stdin, console)
     except KeyboardInterrupt:
         return 130
 

@@ -4,23 +4,27 @@ It reads what the services already keep in Redis — the worker registry (``nj:w
 tail of the telemetry stream, the latest decision and the acks, the planner's running
 policy and status (drafter weights), the job group's pending and lag — and redraws every
 ``--interval`` seconds; ``--once`` prints one snapshot and exits. Nothing here talks to a
-service, so it works the same against ``nightjar up``'s embedded store (in its process) and
-against any Redis a deployment uses. What it reads and how it renders it:
+service, so it works the same against ``nightjar up``'s embedded store (which ``up`` serves
+on 127.0.0.1 and announces: top finds it when told no Redis, ``nightjar/store_server.py``)
+and against any Redis a deployment uses. What it reads and how it renders it:
 ``shared/overview.py`` (the gateway's chat page shows the same).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import anyio
 import redis.asyncio as aioredis
+from pydantic import Field
 
+from nightjar.flags import add, build, given
+from nightjar.options import STANDALONE_REDIS, UsageError
 from shared.overview import Snapshot, WorkerView, render, snapshot
+from shared.settings import EnvSettings
 
-__all__ = ["CLEAR", "Snapshot", "WorkerView", "main", "render", "show", "snapshot"]
+__all__ = ["CLEAR", "Snapshot", "WorkerView", "build_parser", "main", "render", "show", "snapshot"]
 
 CLEAR = "\x1b[H\x1b[2J"
 
@@ -36,28 +40,60 @@ async def show(r: aioredis.Redis, url: str, once: bool, interval: float, tail: i
         await anyio.sleep(interval)
 
 
+class TopSettings(EnvSettings):
+    redis_url: str | None = Field(
+        default=None,
+        description="the deployment's Redis; unset: the embedded store of a running `nightjar up` on this "
+        f"machine (it announces itself), else {STANDALONE_REDIS}",
+    )
+    once: bool = Field(
+        default=False, validation_alias="NIGHTJAR_TOP_ONCE", description="print one snapshot and exit"
+    )
+    interval: float = Field(
+        default=1.0, gt=0, validation_alias="NIGHTJAR_TOP_INTERVAL", description="seconds between refreshes"
+    )
+    tail: int = Field(
+        default=500,
+        ge=1,
+        validation_alias="NIGHTJAR_TOP_TAIL",
+        description="telemetry entries the rates are taken over",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nightjar top", description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--redis-url",
-        default=os.environ.get("NIGHTJAR_REDIS_URL", "redis://127.0.0.1:6379/0"),
-        help="NIGHTJAR_REDIS_URL",
-    )
-    p.add_argument("--once", action="store_true", help="print one snapshot and exit")
-    p.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
-    p.add_argument("--tail", type=int, default=500, help="telemetry entries the rates are taken over")
+    add(p, "--redis-url", TopSettings, "redis_url")
+    add(p, "--once", TopSettings, "once", action="store_const", const=True)
+    add(p, "--interval", TopSettings, "interval", type=float)
+    add(p, "--tail", TopSettings, "tail", type=int)
     return p
+
+
+def store_url(given: str | None) -> tuple[str, str]:
+    """The Redis to watch and where it came from: ``--redis-url`` / NIGHTJAR_REDIS_URL, else
+    the newest running ``nightjar up`` (``nightjar.store_server``), else the local default."""
+    if given:
+        return given, "given"
+    from nightjar.store_server import announced
+
+    ups = announced()
+    if ups:
+        return ups[0].redis_url, f"nightjar up, pid {ups[0].pid}"
+    return STANDALONE_REDIS, "default"
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.interval <= 0 or args.tail < 1:
-        print("nightjar top: error: --interval must be positive and --tail at least 1", file=sys.stderr)
+    try:
+        settings = build(TopSettings, **given(args, TopSettings))
+    except UsageError as exc:
+        print(f"nightjar top: error: {exc}", file=sys.stderr)
         return 2
-    if args.redis_url.startswith("memory://"):
+    url, source = store_url(settings.redis_url)
+    if url.startswith("memory://"):
         print(
-            "nightjar top: error: memory:// lives inside the `nightjar up` process; run the services "
-            "on a Redis (--redis-url redis://...) to watch them from another process",
+            "nightjar top: error: memory:// lives inside the `nightjar up` process; leave --redis-url out "
+            "to find a running `nightjar up`, or give the Redis URL the services use",
             file=sys.stderr,
         )
         return 2
@@ -66,9 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     from shared.connection import connect
 
     async def go() -> None:
-        r = connect(args.redis_url)
+        r = connect(url)
         try:
-            await show(r, args.redis_url, args.once, args.interval, args.tail)
+            await show(r, url, settings.once, settings.interval, settings.tail)
         finally:
             await r.aclose()
 
@@ -77,6 +113,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 0
     except (RedisError, OSError) as exc:
-        print(f"nightjar top: error: Redis at {args.redis_url}: {exc}", file=sys.stderr)
+        print(f"nightjar top: error: Redis at {url} ({source}): {exc}", file=sys.stderr)
         return 1
     return 0

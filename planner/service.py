@@ -66,7 +66,7 @@ class PlannerService:
             min_workers=settings.min_workers,
             max_workers=settings.max_workers,
         )
-        self.capacity_reader = CapacityReader(self.r, self.capacity, settings.plan_models)
+        self.capacity_reader = CapacityReader(self.r, self.capacity, list(settings.plan_models))
 
     async def start(self) -> Decision:
         """Set up groups, load the policy in force, publish a first decision."""
@@ -200,7 +200,7 @@ class PlannerService:
         self._decided_at = time.monotonic()
         now = time.time()
         last = self.publisher.last
-        aging = last is None or now - last.created_at >= self.settings.republish_s
+        aging = last is None or now - last.created_at >= self.settings.republish_every_s
         published = None
         try:
             choice = self.slot.policy.decide(now)

@@ -8,7 +8,6 @@ fakeredis client on one process-wide ``FakeServer``: the zero-setup default, wit
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlsplit
@@ -18,6 +17,9 @@ from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocket
 from redis.asyncio.sentinel import SentinelManagedConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from shared.settings import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_CONNECTIONS  # re-exported
+from shared.settings import RuntimeSettings
+
 if TYPE_CHECKING:
     import fakeredis
 
@@ -26,8 +28,8 @@ ENV_VAR = "NIGHTJAR_REDIS_URL"
 MAX_CONNECTIONS_VAR = "NIGHTJAR_REDIS_MAX_CONNECTIONS"
 # Every open event stream holds a connection in a blocking XREAD, so a gateway under load
 # needs one per client in flight; redis-py's default pool (100, then an error) is far too
-# small. Past the cap a caller waits for a free connection instead of failing.
-DEFAULT_MAX_CONNECTIONS = 10_000
+# small. Past the cap (RuntimeSettings.redis_max_connections) a caller waits for a
+# free connection instead of failing.
 POOL_WAIT_S = 30.0
 
 _fake_server: fakeredis.FakeServer | None = None
@@ -75,7 +77,12 @@ _SAFE: dict[type, type] = {
 
 
 def default_url() -> str:
-    return os.environ.get(ENV_VAR, DEFAULT_URL)
+    """NIGHTJAR_REDIS_URL, else ``memory://``."""
+    return RuntimeSettings().redis_url
+
+
+def _max_connections() -> int:
+    return RuntimeSettings().redis_max_connections
 
 
 def fake_server() -> fakeredis.FakeServer:
@@ -107,7 +114,7 @@ def connect(url: str | None = None) -> aioredis.Redis:
         # redis-py's default socket_timeout=5 would cut XREADGROUP BLOCK waits short.
         pool = aioredis.BlockingConnectionPool.from_url(
             url,
-            max_connections=int(os.environ.get(MAX_CONNECTIONS_VAR, DEFAULT_MAX_CONNECTIONS)),
+            max_connections=_max_connections(),
             timeout=POOL_WAIT_S,
             decode_responses=False,
             socket_timeout=None,
@@ -188,7 +195,7 @@ def _cluster(url: str) -> aioredis.Redis:
         ssl=url.startswith("rediss+"),
         decode_responses=False,
         socket_timeout=None,
-        max_connections=int(os.environ.get(MAX_CONNECTIONS_VAR, DEFAULT_MAX_CONNECTIONS)),
+        max_connections=_max_connections(),
     )
     # The nodes it discovers (every node, at the first command) are made with these options;
     # RedisCluster takes no connection class of its own.

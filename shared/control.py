@@ -210,6 +210,7 @@ class WorkerInfo(Message):
     fallback: bool = False
     max_model_len: int = 0  # the model's context in tokens (0: not known)
     draining: bool = False  # finishing its jobs before it stops: takes no new ones
+    drafters: list[str] = Field(default_factory=list)  # the drafters it offers (names)
 
     def is_alive(self, now: float | None = None, timeout_s: float = 15.0) -> bool:
         return (now if now is not None else time.time()) - self.ts <= timeout_s

@@ -181,6 +181,9 @@ def render(s: Snapshot, url: str = "") -> str:
             f"decided   γ by batch {table}  drafter {d.drafter or 'default'}  "
             f"offload {'yes' if d.offload else 'no'}"
         )
+        if d.step_costs:  # the cost rule: γ per bucket above is at these priors
+            acc = "  ".join(f"{k} {v:.2f}" for k, v in sorted(d.acceptance.items(), key=lambda kv: -kv[1]))
+            lines.append(f"cost rule acceptance prior  {acc}  hold {d.hold_steps} steps")
     weights = s.status.get("weights") or {}
     if weights:
         ws = "  ".join(f"{k} {float(v):.2f}" for k, v in sorted(weights.items(), key=lambda kv: -kv[1]))

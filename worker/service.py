@@ -28,6 +28,7 @@ from shared.connection import connect
 from shared.errors import ErrorCode
 from shared.loops import Signal, every, keep_running, retry_redis, wait_for_redis
 from shared.schemas import CancelRequest, ErrorEvent, FinishEvent, FinishReason
+from shared.settings import RuntimeSettings
 from shared.streams import Entry, entries, last_id
 from worker.admission import Admission
 from worker.cost_profile import CostProfiler
@@ -41,6 +42,7 @@ from worker.leases import JobWrite, Leases
 from worker.metrics import WorkerMetrics, log_finished
 from worker.outbox import Outbox, StepOutput, Written
 from worker.presence import Presence
+from worker.profile_cache import ProfileCache, profile_key
 from worker.prompts import PromptEncoder
 from worker.running import RunningJobs
 from worker.settings import WorkerSettings
@@ -65,10 +67,11 @@ class WorkerService:
         s = self.settings = settings
         self.r = redis if redis is not None else connect(s.redis_url)
         # Engine options may name the drafters too (``--engine-opt drafters=[...]``): they win.
-        opts = {"drafters": s.drafters, "ngram": s.ngram, **s.engine}
-        self.engine = engine if engine is not None else create_engine(s.model_dir, **opts)
-        self.prompts = prompts if prompts is not None else PromptEncoder.from_dir(s.model_dir)
-        self.model_name = s.model_name or Path(s.model_dir).name
+        model_dir = s.model_path()
+        opts = {"drafters": list(s.drafters or ()), "ngram": s.ngram, **s.engine}
+        self.engine = engine if engine is not None else create_engine(model_dir, **opts)
+        self.prompts = prompts if prompts is not None else PromptEncoder.from_dir(model_dir)
+        self.model_name = s.model_name or Path(model_dir).name
         self.max_model_len = self.engine.max_model_len
         self.running = RunningJobs(s.max_jobs)
         self.intake = JobIntake(
@@ -83,10 +86,15 @@ class WorkerService:
             self._written,
             lambda: (self.decisions.version, self.decisions.fallback),
         )
-        self.presence = Presence(self.r, s.worker_id, self.model_name, s.max_jobs, self.max_model_len)
-        self.profiler = CostProfiler(
-            self.r, self.engine, self.model_name, s.worker_id, s.profile, lambda: self.decisions.current
+        drafters = list(getattr(self.engine, "drafter_names", []))
+        self.presence = Presence(
+            self.r, s.worker_id, self.model_name, s.max_jobs, self.max_model_len, drafters
         )
+        self.profiler = CostProfiler(
+            self.r, self.engine, self.model_name, s.worker_id, s.profiling(), lambda: self.decisions.current,
+            cache=self._profile_cache(model_dir), refresh_idle_s=s.profile_idle_s,
+            waiting=lambda: len(self.running) > 0,
+        )  # fmt: skip
         self.admission = Admission(
             self.r,
             self.intake,
@@ -107,6 +115,15 @@ class WorkerService:
         self._short = False  # the last step was short enough to run the next one inline
         self._prefill = 0  # prompt tokens added since the last step
         self.health = WorkerHealth(s.worker_id, self.model_name, s.max_jobs, lambda: len(self.running))
+
+    def _profile_cache(self, model_dir: str) -> ProfileCache | None:
+        """Where this worker's cost profile is cached (``worker/profile_cache.py``); None when
+        the profile or its cache is off."""
+        s = self.settings
+        if not (s.profile and s.profile_cache):
+            return None
+        key = profile_key(self.engine, model_dir, list(s.drafters or ()), s.profiling())
+        return ProfileCache(RuntimeSettings().cache / "profiles", key)
 
     @property
     def worker_id(self) -> str:

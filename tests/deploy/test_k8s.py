@@ -181,7 +181,7 @@ def _model_of(deployment: dict[str, Any]) -> str:
     args = build_parser().parse_args(
         ["worker", *deployment["spec"]["template"]["spec"]["containers"][0]["args"]]
     )
-    return str(args.served_model_name)
+    return str(args.model_name)  # --served-model-name
 
 
 @pytest.mark.parametrize("path", ["overlays/nj-target", "overlays/smollm2"])

@@ -144,7 +144,7 @@ async def test_up_serves_cancels_and_swaps_policies(
         model_dir=str(model_dir), worker_id="embedded", block_ms=200, engine={"num_blocks": 256}
     )
     worker = WorkerService(settings)
-    planner = PlannerService(PlannerSettings(block_ms=200))
+    planner = PlannerService(PlannerSettings(policy="static", block_ms=200))
     server = http_server(create_app(GatewaySettings(admin_token="t")), "127.0.0.1", port, "warning")
     r = connect("memory://")
     with anyio.fail_after(120):

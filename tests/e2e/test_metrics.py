@@ -74,7 +74,7 @@ async def test_metrics_request_ids_and_top_on_a_speculative_run(caplog: pytest.L
             model_dir=str(TARGET), drafters=[str(d) for d in DRAFTERS], worker_id=WORKER, block_ms=200
         )
     )
-    planner = PlannerService(PlannerSettings(block_ms=200, params={"gamma": 3}))
+    planner = PlannerService(PlannerSettings(policy="static", block_ms=200, params={"gamma": 3}))
     server = http_server(create_app(GatewaySettings(admin_token="t")), "127.0.0.1", port, "warning")
     r = connect("memory://")
     with anyio.fail_after(240):

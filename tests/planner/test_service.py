@@ -47,6 +47,7 @@ def factory(name: str, **params: Any) -> Policy:
 
 
 def _planner(r: aioredis.Redis, **kw: Any) -> PlannerService:
+    kw.setdefault("policy", "static")
     return PlannerService(PlannerSettings(**kw), redis=r, factory=factory)
 
 

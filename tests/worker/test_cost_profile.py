@@ -43,8 +43,9 @@ async def _serve_one(r: aioredis.Redis, w: WorkerService) -> None:
 async def test_worker_publishes_its_profile_unless_told_not_to(
     r: aioredis.Redis, model_dir: Path, engine: Engine, prompts: PromptEncoder, enabled: bool
 ) -> None:
-    profile = ProfileSettings(enabled=enabled, max_batch=2, reps=1)
-    settings = WorkerSettings(model_dir=str(model_dir), worker_id="w1", model_name=M, profile=profile)
+    settings = WorkerSettings(
+        model_dir=str(model_dir), worker_id="w1", model_name=M, profile=enabled, profile_shape=FAST
+    )
     w = WorkerService(settings, engine=engine, prompts=prompts, redis=r)
     await _serve_one(r, w)
     published = await _published(r)
@@ -56,7 +57,7 @@ async def test_worker_publishes_its_profile_unless_told_not_to(
 
 
 async def test_default_settings_do_not_profile(model_dir: Path) -> None:
-    assert not WorkerSettings(model_dir=str(model_dir)).profile.enabled
+    assert not WorkerSettings(model_dir=str(model_dir)).profiling().enabled
 
 
 async def test_measured_again_after_a_pool_change(r: aioredis.Redis, engine: Engine) -> None:

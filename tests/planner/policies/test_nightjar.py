@@ -116,3 +116,22 @@ def test_a_catch_up_is_no_step_cost_and_the_state_round_trips() -> None:
     restored.load_state_dict(pol.state_dict())
     restored.use_profile(_profile())
     assert restored.decide(0.0).step_costs == pol.decide(0.0).step_costs
+
+
+def test_the_decision_shows_in_the_planners_gauges_and_in_top() -> None:
+    from planner.metrics import PlannerMetrics
+    from shared.control import Decision
+    from shared.overview import Snapshot, render
+
+    pol = _policy()
+    pol.use_profile(_profile())
+    c = pol.decide(0.0)
+    d = Decision(version=3, policy="nightjar", gamma_table=c.gamma_table, step_costs=c.step_costs,
+                 acceptance={"head": 0.42, "ngram": 0.1}, hold_steps=c.hold_steps)  # fmt: skip
+    metrics = PlannerMetrics()
+    metrics.on_publish(d)
+    assert metrics.acceptance.labels(drafter="head")._value.get() == pytest.approx(0.42)
+    text = render(
+        Snapshot(at=d.created_at, workers=[], decision=d, active=None, status={}, pending=0, lag=0, tail=0)
+    )
+    assert f"cost rule acceptance prior  head 0.42  ngram 0.10  hold {c.hold_steps} steps" in text
