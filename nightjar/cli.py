@@ -86,10 +86,13 @@ def _add_worker(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--max-jobs", type=int, default=env("MAX_JOBS", "16"), help="NIGHTJAR_MAX_JOBS")
     p.add_argument(
-        "--claim-idle", type=float, default=env("CLAIM_IDLE_S", "30"), help="NIGHTJAR_CLAIM_IDLE_S"
+        "--claim-idle",
+        type=float,
+        default=env("CLAIM_IDLE_S", "30"),
+        help="seconds before another worker takes over the jobs of one that died; claim renewals "
+        "(every third of it) and sweeps for orphans (every sixth, at most 2 s) follow from it, so "
+        "an orphan resumes within it + 5 s (NIGHTJAR_CLAIM_IDLE_S)",
     )
-    p.add_argument("--renew", type=float, default=env("RENEW_S", "10"), help="NIGHTJAR_RENEW_S")
-    p.add_argument("--autoclaim", type=float, default=env("AUTOCLAIM_S", "5"), help="NIGHTJAR_AUTOCLAIM_S")
     p.add_argument(
         "--progress-interval",
         type=float,

@@ -85,8 +85,6 @@ def _worker_service(args: argparse.Namespace) -> tuple[Service, Stop]:
             model_name=getattr(args, "served_model_name", "") or "",
             max_jobs=args.max_jobs,
             claim_idle_s=args.claim_idle,
-            renew_s=args.renew,
-            autoclaim_s=args.autoclaim,
             max_deliveries=args.max_deliveries,
             progress_s=args.progress_interval,
             drain_timeout_s=args.drain_timeout,

@@ -178,7 +178,7 @@ class WorkerService:
         if not got:
             got = await self.intake.read_own_pending(free)
         if not got:
-            got = await self.intake.read_new(free, self.settings.block_ms)
+            got = await self.intake.read_new(free, self.intake.block_ms(self.settings.block_ms))
         await self._take_all(got)
 
     async def _take_all(self, got: list[Entry]) -> None:

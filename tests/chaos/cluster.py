@@ -91,8 +91,7 @@ class Cluster:
     model_dir: Path
     logs: Path
     workers: tuple[str, ...] = ("wA", "wB")
-    claim_idle_s: float = 3.0
-    renew_s: float = 1.0
+    claim_idle_s: float = 3.0  # the only failover setting: renewals every 1 s, sweeps every 0.5 s
     max_jobs: int = 8
     drain_timeout_s: float = 5.0
     admin_token: str = "chaos-admin-token"
@@ -118,8 +117,7 @@ class Cluster:
             return [*base, "planner", *rurl, "--policy", "static", "--set", "gamma=1"]
         return [*base, "worker", *rurl, "--model", str(self.model_dir), "--worker-id", name,
                 "--max-jobs", str(self.max_jobs), "--engine-opt", "num_blocks=256",
-                "--claim-idle", str(self.claim_idle_s), "--renew", str(self.renew_s),
-                "--autoclaim", "0.5", "--threads", "1"]  # fmt: skip
+                "--claim-idle", str(self.claim_idle_s), "--threads", "1"]  # fmt: skip
 
     def start(self, name: str) -> None:
         old = self.procs.get(name)
