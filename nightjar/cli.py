@@ -137,6 +137,13 @@ def _add_worker(p: argparse.ArgumentParser) -> None:
         default=env("PROFILE_BUDGET_S", "60"),
         help="seconds the startup cost profile may take at most (NIGHTJAR_PROFILE_BUDGET_S)",
     )
+    p.add_argument(
+        "--profile-reps",
+        type=int,
+        default=env("PROFILE_REPS", "5"),
+        help="rounds of the startup cost profile over the batch sizes, the fastest of each point "
+        "kept, within the budget (NIGHTJAR_PROFILE_REPS)",
+    )
 
 
 def add_metrics_port(p: argparse.ArgumentParser) -> None:

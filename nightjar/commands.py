@@ -94,7 +94,9 @@ def _worker_service(args: argparse.Namespace) -> tuple[Service, Stop]:
             ngram=args.ngram,
             metrics_port=getattr(args, "metrics_port", None),
             metrics_host=getattr(args, "metrics_host", "127.0.0.1"),
-            profile=ProfileSettings(enabled=args.profile, budget_s=args.profile_budget),
+            profile=ProfileSettings(
+                enabled=args.profile, budget_s=args.profile_budget, reps=args.profile_reps
+            ),
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None

@@ -14,6 +14,7 @@ written as usual, and the pass is tried again at the next idle moment.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from functools import partial
 
@@ -24,7 +25,7 @@ from shared import keys
 from shared.control import Decision
 from shared.profile import CostProfile
 from worker.engine.api import Engine, StepResult, StepStats
-from worker.profiling import Interrupted, ProfileSettings, profile_engine
+from worker.profiling import Interrupted, ProfileSettings, Stopped, profile_engine
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,11 @@ class CostProfiler:
         self.stale = False  # the pool changed since the last measurement
         self.resident = True  # the drafters' weights are on the device
         self.published: CostProfile | None = None
+        self._stop = threading.Event()  # the worker is stopping: no pass runs or goes on
+
+    def stop(self) -> None:
+        """End a pass in progress at its next engine step (any thread), and start none again."""
+        self._stop.set()
 
     async def measure(self, source: str = "startup") -> StepResult | None:
         """One profiling pass in a thread; a step that also ran real requests when the pass
@@ -55,12 +61,19 @@ class CostProfiler:
         if not self.settings.enabled:
             log.info("cost profile of %s skipped (--no-profile)", self.model)
             return None
+        if self._stop.is_set():
+            return None
+        budget = self.settings.budget_s
+        log.info("measuring the cost profile of %s (%s; up to %.0f s)", self.model, source, budget)
         run = partial(
             profile_engine, self.engine, self.model, self.settings, worker_id=self.worker_id,
-            offloaded=not self.resident, restore=self.decision, source=source,
+            offloaded=not self.resident, restore=self.decision, source=source, stop=self._stop,
         )  # fmt: skip
         try:
             profile = await anyio.to_thread.run_sync(run)
+        except Stopped:
+            log.info("cost profile of %s stopped: the worker is stopping", self.model)
+            return None
         except Interrupted as exc:
             log.info("cost profile of %s interrupted by a job; measured again when idle", self.model)
             self.stale = True

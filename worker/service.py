@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 INLINE_STEP_S = 0.02  # a step after one shorter than this runs on the event loop (see _step)
 INLINE_PREFILL_TOKENS = 256  # ... unless more prompt tokens than this came since
 WRITER_TURNS = 8  # ... after at most this many loop turns for the outbox to send (Outbox.let_send)
+DRAIN_REDIS_S = 5.0  # a drain's Redis work (its heartbeat; then flush + hand-back) waits this long at most
 
 
 class WorkerService:
@@ -117,9 +118,9 @@ class WorkerService:
 
     async def run(self, burst: bool = False) -> None:
         """Serve until cancelled or stopped; with ``burst``, drain the job stream and return."""
-        await self.profiler.measure()  # before taking jobs: nothing else steps the engine
-        await wait_for_redis(self.r, f"worker {self.worker_id}")
-        await retry_redis("worker start", self._start)
+        if not await self._start_up():
+            log.info("worker %s stopped before it served", self.worker_id)
+            return
         http = self.metrics.serve_http(self.settings.metrics_port, self.settings.metrics_host)
         log.info(
             "worker %s serving %s (drafters: %s)",
@@ -152,6 +153,30 @@ class WorkerService:
                     await self.presence.leave()
                 except (RedisError, OSError) as exc:
                     log.warning("could not deregister: %s", exc)
+
+    async def _start_up(self) -> bool:
+        """Measure the cost profile, wait for Redis, register; False when ``request_stop``
+        came first. A stop ends every phase at once — the profile at its next engine step —
+        since nothing is held yet: no job to finish or hand back."""
+        async with anyio.create_task_group() as tg:
+
+            async def stop_early() -> None:
+                await self._stop.wait()
+                self.profiler.stop()  # the profiling thread ends its pass within a step
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(stop_early)
+            phases = (
+                self.profiler.measure,  # before taking jobs: nothing else steps the engine
+                partial(wait_for_redis, self.r, f"worker {self.worker_id}"),
+                partial(retry_redis, "worker start", self._start),
+            )
+            for phase in phases:
+                if self._stop.is_set():  # (a call that never suspends is not cancelled)
+                    break
+                await phase()
+            tg.cancel_scope.cancel()
+        return not self._stop.is_set()
 
     async def _start(self) -> None:
         await self.intake.setup()
@@ -253,7 +278,8 @@ class WorkerService:
             len(self.running),
             self.settings.drain_timeout_s,
         )
-        await retry_redis("heartbeat", self._heartbeat)
+        with anyio.move_on_after(DRAIN_REDIS_S):  # (Redis may be down: the drain goes on)
+            await retry_redis("heartbeat", self._heartbeat)
         with anyio.move_on_after(self.settings.drain_timeout_s):
             while len(self.running):
                 await self.running.ended.wait()
@@ -261,13 +287,26 @@ class WorkerService:
         for run in left:
             self.engine.abort_request(run.job_id)
             run.done = True
-        await self.outbox.flush()
-        idle_ms = int(self.settings.claim_idle_s * 1000) + 1
-        for run in left:
-            if self.running.retire(run.job_id) is not None:
-                back = partial(self.leases.hand_back, run.job_id, run.lease, run.entry_id, idle_ms)
-                await retry_redis("hand-back", back)
-        if left:
+        # What is in hand reaches Redis, and the jobs still running go back, within
+        # DRAIN_REDIS_S. With Redis down that long they stay pending under this worker:
+        # another takes them over claim_idle_s after Redis is back, and continues from the
+        # output written (at least once, never twice). SIGTERM ends the process either way.
+        handed = 0
+        with anyio.move_on_after(DRAIN_REDIS_S) as bounded:
+            await self.outbox.flush()
+            idle_ms = int(self.settings.claim_idle_s * 1000) + 1
+            for run in left:
+                if self.running.retire(run.job_id) is not None:
+                    back = partial(self.leases.hand_back, run.job_id, run.lease, run.entry_id, idle_ms)
+                    await retry_redis("hand-back", back)
+                    handed += 1
+        if bounded.cancelled_caught:
+            log.warning(
+                "worker %s: Redis unreachable while draining; %d of %d running jobs not handed back "
+                "(another worker takes them over once Redis is back)",
+                self.worker_id, len(left) - handed, len(left),
+            )  # fmt: skip
+        elif left:
             log.info("worker %s handed %d running jobs back", self.worker_id, len(left))
 
     # -- leases, presence, cancellations --------------------------------------------------
