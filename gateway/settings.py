@@ -23,6 +23,9 @@ class GatewaySettings:
     # Admission and deadlines.
     require_worker: bool = True  # submits answer 503 while no live, non-draining worker exists
     request_timeout_s: float = 600.0  # an OpenAI request still unfinished after this is cancelled: 504
+    # A reader waiting for a job's events rides out a Redis outage this long, resuming where it
+    # was; past it an OpenAI request gets a 503 and its job is cancelled (gateway/outage.py).
+    outage_grace_s: float = 30.0
     result_ttl_s: float = (
         24 * 3600.0
     )  # the job record written at submit (status, owner, result) lives this long

@@ -53,6 +53,11 @@ def _add_gateway(p: argparse.ArgumentParser) -> None:
         "--request-timeout", type=float, default=env("REQUEST_TIMEOUT_S", "600"),
         help="seconds before an OpenAI request is cancelled with a 504 (NIGHTJAR_REQUEST_TIMEOUT_S)",
     )
+    p.add_argument(
+        "--outage-grace", type=float, default=env("OUTAGE_GRACE_S", "30"),
+        help="seconds a request in flight rides out a Redis outage, resuming where it was; past "
+        "them it is answered 503 and its job cancelled (NIGHTJAR_OUTAGE_GRACE_S; 0: at once)",
+    )
     add_result_ttl(p)
     p.add_argument(
         "--max-body-bytes", type=int, default=env("MAX_BODY_BYTES", str(4 * 1024 * 1024)),

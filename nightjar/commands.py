@@ -51,6 +51,8 @@ def _gateway_app(args: argparse.Namespace) -> Any:
             raise UsageError(f"--{name.replace('_', '-')} must be positive")
     if args.rate_limit < 0 or args.rate_burst < 0:
         raise UsageError("--rate-limit and --rate-burst must not be negative")
+    if not args.outage_grace >= 0:
+        raise UsageError("--outage-grace must not be negative")
     settings = GatewaySettings(
         redis_url=args.redis_url,
         max_queue=args.max_queue,
@@ -60,6 +62,7 @@ def _gateway_app(args: argparse.Namespace) -> Any:
         rate_limit_rps=args.rate_limit,
         rate_limit_burst=args.rate_burst,
         request_timeout_s=args.request_timeout,
+        outage_grace_s=args.outage_grace,
         result_ttl_s=args.result_ttl,
         max_body_bytes=args.max_body_bytes,
         max_concurrency=args.max_concurrency,
