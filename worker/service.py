@@ -50,7 +50,8 @@ log = logging.getLogger(__name__)
 INLINE_STEP_S = 0.02  # a step after one shorter than this runs on the event loop (see _step)
 INLINE_PREFILL_TOKENS = 256  # ... unless more prompt tokens than this came since
 WRITER_TURNS = 8  # ... after at most this many loop turns for the outbox to send (Outbox.let_send)
-DRAIN_REDIS_S = 5.0  # a drain's Redis work (its heartbeat; then flush + hand-back) waits this long at most
+DRAIN_BEAT_S = 1.0  # a drain's "draining" heartbeat waits for Redis this long at most
+DRAIN_REDIS_S = 5.0  # and its flush + hand-back after the drain timeout this long
 
 
 class WorkerService:
@@ -278,7 +279,7 @@ class WorkerService:
             len(self.running),
             self.settings.drain_timeout_s,
         )
-        with anyio.move_on_after(DRAIN_REDIS_S):  # (Redis may be down: the drain goes on)
+        with anyio.move_on_after(DRAIN_BEAT_S):  # (Redis may be down: the drain goes on)
             await retry_redis("heartbeat", self._heartbeat)
         with anyio.move_on_after(self.settings.drain_timeout_s):
             while len(self.running):
