@@ -7,8 +7,9 @@ first, then new jobs, when a slot is free; other loops follow cancellations and 
 renew the leases of running jobs, and heartbeat. A job is acknowledged only with its result,
 in one fenced script, so a crash anywhere means redelivery, never a lost job; a worker that
 lost a job (paused past ``--claim-idle``) writes nothing more for it. Every loop outlives a
-Redis outage; ``request_stop`` drains: no new jobs, running ones finish within
-``drain_timeout_s`` or are handed back to the other workers.
+Redis outage; ``request_stop`` ends a start at once and drains a serving worker: no new
+jobs, running ones finish within ``drain_timeout_s`` or are handed back to the other workers
+(worker/lifecycle.py).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from worker.engine_factory import create_engine
 from worker.intake import JobIntake, guess_job_id
 from worker.job_run import JobRun
 from worker.leases import JobWrite, Leases
+from worker.lifecycle import drain, start_up
 from worker.metrics import WorkerMetrics, log_finished
 from worker.outbox import Outbox, StepOutput, Written
 from worker.presence import Presence
@@ -50,8 +52,6 @@ log = logging.getLogger(__name__)
 INLINE_STEP_S = 0.02  # a step after one shorter than this runs on the event loop (see _step)
 INLINE_PREFILL_TOKENS = 256  # ... unless more prompt tokens than this came since
 WRITER_TURNS = 8  # ... after at most this many loop turns for the outbox to send (Outbox.let_send)
-DRAIN_BEAT_S = 1.0  # a drain's "draining" heartbeat waits for Redis this long at most
-DRAIN_REDIS_S = 5.0  # and its flush + hand-back after the drain timeout this long
 
 
 class WorkerService:
@@ -157,27 +157,13 @@ class WorkerService:
 
     async def _start_up(self) -> bool:
         """Measure the cost profile, wait for Redis, register; False when ``request_stop``
-        came first. A stop ends every phase at once — the profile at its next engine step —
-        since nothing is held yet: no job to finish or hand back."""
-        async with anyio.create_task_group() as tg:
-
-            async def stop_early() -> None:
-                await self._stop.wait()
-                self.profiler.stop()  # the profiling thread ends its pass within a step
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(stop_early)
-            phases = (
-                self.profiler.measure,  # before taking jobs: nothing else steps the engine
-                partial(wait_for_redis, self.r, f"worker {self.worker_id}"),
-                partial(retry_redis, "worker start", self._start),
-            )
-            for phase in phases:
-                if self._stop.is_set():  # (a call that never suspends is not cancelled)
-                    break
-                await phase()
-            tg.cancel_scope.cancel()
-        return not self._stop.is_set()
+        came first (worker/lifecycle.py)."""
+        phases = (
+            self.profiler.measure,  # before taking jobs: nothing else steps the engine
+            partial(wait_for_redis, self.r, f"worker {self.worker_id}"),
+            partial(retry_redis, "worker start", self._start),
+        )
+        return await start_up(self._stop, self.profiler.stop, phases)
 
     async def _start(self) -> None:
         await self.intake.setup()
@@ -273,42 +259,10 @@ class WorkerService:
 
     async def _drain(self) -> None:
         self._draining = True
-        log.info(
-            "worker %s draining %d jobs (up to %.0fs)",
-            self.worker_id,
-            len(self.running),
-            self.settings.drain_timeout_s,
-        )
-        with anyio.move_on_after(DRAIN_BEAT_S):  # (Redis may be down: the drain goes on)
-            await retry_redis("heartbeat", self._heartbeat)
-        with anyio.move_on_after(self.settings.drain_timeout_s):
-            while len(self.running):
-                await self.running.ended.wait()
-        left = list(self.running)
-        for run in left:
-            self.engine.abort_request(run.job_id)
-            run.done = True
-        # What is in hand reaches Redis, and the jobs still running go back, within
-        # DRAIN_REDIS_S. With Redis down that long they stay pending under this worker:
-        # another takes them over claim_idle_s after Redis is back, and continues from the
-        # output written (at least once, never twice). SIGTERM ends the process either way.
-        handed = 0
-        with anyio.move_on_after(DRAIN_REDIS_S) as bounded:
-            await self.outbox.flush()
-            idle_ms = int(self.settings.claim_idle_s * 1000) + 1
-            for run in left:
-                if self.running.retire(run.job_id) is not None:
-                    back = partial(self.leases.hand_back, run.job_id, run.lease, run.entry_id, idle_ms)
-                    await retry_redis("hand-back", back)
-                    handed += 1
-        if bounded.cancelled_caught:
-            log.warning(
-                "worker %s: Redis unreachable while draining; %d of %d running jobs not handed back "
-                "(another worker takes them over once Redis is back)",
-                self.worker_id, len(left) - handed, len(left),
-            )  # fmt: skip
-        elif left:
-            log.info("worker %s handed %d running jobs back", self.worker_id, len(left))
+        s = self.settings
+        await drain(self.running, self.engine, self.outbox, self.leases, self._heartbeat,
+                    worker_id=s.worker_id, timeout_s=s.drain_timeout_s,
+                    claim_idle_s=s.claim_idle_s)  # fmt: skip
 
     # -- leases, presence, cancellations --------------------------------------------------
     async def _renew(self) -> None:
