@@ -11,7 +11,7 @@ MiB = 1024 * 1024
 class GatewaySettings:
     redis_url: str = "memory://"
     max_queue: int = 1000  # reject new jobs (429) while this many are waiting or running
-    admin_token: str | None = None  # bearer token of /admin routes; None disables them (503)
+    admin_token: str | None = None  # bearer token of /admin routes; None closes them (403)
     default_max_tokens: int = 256  # chat completions without max_tokens
     default_model: str = ""  # requests naming no model while no worker is live (require_worker off)
     keepalive_s: float = 15.0  # SSE comment lines while a job is quiet

@@ -225,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("models", help="build, convert and train the bundled models (training.cli)")
     sub.add_parser("bench", help="benchmark every policy under dynamic load (benchmarks.load)")
     sub.add_parser("top", help="a live view of a running deployment from its Redis (nightjar.top)")
+    sub.add_parser("chat", help="chat with a running gateway, tokens coloured by their maker (nightjar.chat)")
     return p
 
 
@@ -249,7 +250,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # Subcommands whose arguments another package parses: name -> module with main(argv) -> int.
-_DELEGATED = {"models": "training.cli", "bench": "benchmarks.load.cli", "top": "nightjar.top"}
+_DELEGATED = {
+    "models": "training.cli",
+    "bench": "benchmarks.load.cli",
+    "top": "nightjar.top",
+    "chat": "nightjar.chat",
+}
 
 
 def _delegate(command: str, argv: list[str]) -> int:

@@ -98,7 +98,7 @@ class WorkerService:
             self.max_model_len,
             s.progress_s,
         )
-        self.metrics = WorkerMetrics(self.model_name, s.worker_id)
+        self.metrics = WorkerMetrics(self.model_name, s.worker_id, self.max_model_len)
         self.jobs_ended = 0
         self.jobs_lost = 0  # jobs another worker took over while this one held them
         self._cancel_cursor: str | None = None
@@ -357,7 +357,8 @@ class WorkerService:
             run = self.running.get(out.request_id)
             if run is None or run.done:  # ended here already (a stop string), or lost
                 continue
-            events = run.feed(out.new_token_ids, out.logprobs, out.prompt_logprobs)
+            run.cached_prompt_tokens = max(run.cached_prompt_tokens, out.cached_prompt_tokens)
+            events = run.feed(out.new_token_ids, out.logprobs, out.prompt_logprobs, out.outcomes)
             if run.stopped and not out.finished:
                 self.engine.abort_request(run.job_id)
             final: FinishEvent | ErrorEvent | None = None
@@ -381,5 +382,5 @@ class WorkerService:
                 self._lose(w.write.job_id)
             elif w.write.final is not None and (run := self.running.retire(w.write.job_id)) is not None:
                 self.jobs_ended += 1
-                self.metrics.observe_final(w.write.final, run.attempt)
+                self.metrics.observe_final(w.write.final, run.attempt, run)
                 log_finished(run.job, w.write.final, self.worker_id, run.attempt)

@@ -210,6 +210,7 @@ class LLMEngine(Engine):
         seq, d, out = v.seq, v.drafted, v.emitted
         start = len(seq.token_ids) - (len(d.tokens) if d else 0)
         keep = self._keep(seq, start, out)
+        seq.outcomes.append(v.outcome(keep))
         record_output(seq.logprobs, start - seq.num_prompt, v.candidate.logits, out[:keep])
         if d is not None:
             seq.truncate(start + keep - 1)
@@ -260,6 +261,7 @@ class LLMEngine(Engine):
             raise exc
         for seq, n in zip(seqs, lengths, strict=True):
             del seq.token_ids[n:]  # drafts, and any token this step appended
+            seq.outcomes.clear()  # only this step's: the steps before were reported
             if seq.grammar is not None:
                 seq.grammar.sync(seq.num_output)
             self.scheduler.preempt(seq)
@@ -285,6 +287,7 @@ class LLMEngine(Engine):
         new = seq.output_token_ids[seq.num_reported :]
         logprobs, prompt_logprobs = take(seq.logprobs, seq.num_reported, seq.num_output, seq.prompt_token_ids)
         seq.num_reported = seq.num_output
+        outcomes, seq.outcomes = seq.outcomes, []
         return RequestOutput(
             request_id=seq.request_id,
             new_token_ids=new,
@@ -297,6 +300,7 @@ class LLMEngine(Engine):
             error_code=seq.error_code,
             logprobs=logprobs,
             prompt_logprobs=prompt_logprobs,
+            outcomes=outcomes,
         )
 
     # ---------------------------------------------------- inbox and elastic memory
