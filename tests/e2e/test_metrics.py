@@ -95,7 +95,7 @@ async def test_metrics_request_ids_and_top_on_a_speculative_run(caplog: pytest.L
     _check_logs(caplog)
     _check_top(snap)
     assert set(hedge) >= {"ngram"} and sum(hedge.values()) == pytest.approx(1.0, abs=0.01)
-    assert "hedge     drafter weights" in snap and "policy nightjar" in snap
+    assert "hedge     drafter weights" in snap and "policy bandit" in snap
 
 
 async def _ready(gw: httpx.AsyncClient) -> bool:
@@ -157,22 +157,22 @@ async def _offload_and_back(gw: httpx.AsyncClient) -> None:
 
 
 async def _hedge_weights(gw: httpx.AsyncClient) -> dict[str, float]:
-    """Swap to the nightjar policy (NormalHedge over the drafters): its weights are exported."""
-    resp = await gw.post("/admin/policy", json={"policy": "nightjar"}, headers={"Authorization": "Bearer t"})
+    """Swap to the bandit policy (NormalHedge over the drafters): its weights are exported."""
+    resp = await gw.post("/admin/policy", json={"policy": "bandit"}, headers={"Authorization": "Bearer t"})
     assert resp.status_code == 202
 
     async def weights() -> dict[str, float]:
         await gw.post("/v1/completions", json={"prompt": "one two one two one", "max_tokens": 8})
         s = await scrape(gw)
         active = (
-            total(s, "nightjar:planner_active_policy", policy="nightjar")
-            if any(lb.get("policy") == "nightjar" for lb, _ in s.get("nightjar:planner_active_policy", []))
+            total(s, "nightjar:planner_active_policy", policy="bandit")
+            if any(lb.get("policy") == "bandit" for lb, _ in s.get("nightjar:planner_active_policy", []))
             else 0
         )
         got = {lb["drafter"]: v for lb, v in s.get("nightjar:planner_drafter_weight", [])}
         return got if active == 1 and got else {}
 
-    got = await poll(weights, 60, "the nightjar policy's drafter weights", every_s=0.2)
+    got = await poll(weights, 60, "the bandit policy's drafter weights", every_s=0.2)
     assert isinstance(got, dict)
     return got
 

@@ -169,14 +169,16 @@ async def test_hedge_publishes_its_drafter_scope(r: aioredis.Redis) -> None:
 
 async def test_only_a_learner_over_the_drafters_asks_for_their_scores(r: aioredis.Redis) -> None:
     """Counterfactual scoring costs the workers a forward of every model drafter per
-    speculative step: hedge and nightjar with HedgeSpec ask for it; a static or fixed-drafter
-    policy does not, and the change is a new decision."""
+    speculative step: hedge and bandit with HedgeSpec ask for it (nightjar once it has a
+    profile to speculate by); a static or fixed-drafter policy does not, and the change is a
+    new decision."""
     p = _planner(r, policy="hedge")
     assert (await p.start()).score_drafters
     for policy, params, wanted in [
         ("static", {"gamma": "4", "drafter": "d"}, False),
-        ("nightjar", {}, True),
-        ("nightjar", {"drafter_policy": "fixed"}, False),
+        ("bandit", {}, True),
+        ("bandit", {"drafter_policy": "fixed"}, False),
+        ("nightjar", {}, False),  # no profile yet: plain decoding, nothing to score
         ("threshold", {}, False),
     ]:
         before = await _latest(r)
