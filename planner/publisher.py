@@ -36,7 +36,9 @@ class DecisionPublisher:
             or _rule_moved(d, choice)
         )
 
-    async def publish(self, choice: Choice, policy: str, note: str) -> Decision:
+    async def publish(self, choice: Choice, policy: str, note: str, command_id: str = "") -> Decision:
+        """Publish ``choice`` as the next version; ``command_id``: the control entry that put
+        ``policy`` in place (``Decision.command_id``)."""
         version = int(await self.r.incr(keys.DECISION_VERSION))
         decision = Decision(
             version=version,
@@ -54,6 +56,7 @@ class DecisionPublisher:
             hold_steps=choice.hold_steps,
             valid_for_s=self.valid_for_s,
             note=note,
+            command_id=command_id,
         )
         async with self.r.pipeline(transaction=True) as pipe:
             pipe.xadd(keys.DECISIONS_STREAM, codec.entry(decision), maxlen=DECISIONS_MAXLEN, approximate=True)
