@@ -38,7 +38,9 @@ class DecisionPublisher:
             or d.desired_workers != self.desired_workers
         )
 
-    async def publish(self, choice: Choice, policy: str, note: str) -> Decision:
+    async def publish(self, choice: Choice, policy: str, note: str, command_id: str = "") -> Decision:
+        """Publish ``choice`` as the next version; ``command_id``: the control entry that put
+        ``policy`` in place (``Decision.command_id``)."""
         version = int(await self.r.incr(keys.DECISION_VERSION))
         decision = Decision(
             version=version,
@@ -57,6 +59,7 @@ class DecisionPublisher:
             desired_workers=dict(self.desired_workers),
             valid_for_s=self.valid_for_s,
             note=note,
+            command_id=command_id,
         )
         # The latest first, then the stream, one after the other: on Redis Cluster the two
         # keys are in different slots (no transaction spans them). A worker that starts in

@@ -173,6 +173,10 @@ class Decision(Message):
     created_at: float = Field(default_factory=time.time)
     valid_for_s: float = 30.0
     note: str = ""
+    # The control-stream entry id of the PolicyCommand whose policy made this decision ("" for
+    # the planner's own default). Every decision of that policy keeps it — periodic republishes
+    # too, whose note no longer says who asked — so a caller knows when its swap is in force.
+    command_id: str = Field(default="", max_length=64)
 
     def gamma_for(self, batch_size: int) -> int:
         for upper, gamma in self.gamma_table:
@@ -192,6 +196,7 @@ class PolicyCommand(Message):
     params: dict[str, Any] = Field(default_factory=dict)
     requested_by: str = "cli"
     ts: float = Field(default_factory=time.time)
+    id: str = Field(default="", max_length=64)  # its control-stream entry id, once the planner read it
 
 
 class WorkerInfo(Message):

@@ -7,8 +7,9 @@ first, then new jobs, when a slot is free; other loops follow cancellations and 
 renew the leases of running jobs, and heartbeat. A job is acknowledged only with its result,
 in one fenced script, so a crash anywhere means redelivery, never a lost job; a worker that
 lost a job (paused past ``--claim-idle``) writes nothing more for it. Every loop outlives a
-Redis outage; ``request_stop`` drains: no new jobs, running ones finish within
-``drain_timeout_s`` or are handed back to the other workers.
+Redis outage; ``request_stop`` ends a start at once and drains a serving worker: no new
+jobs, running ones finish within ``drain_timeout_s`` or are handed back to the other workers
+(worker/lifecycle.py).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from worker.health import WorkerHealth
 from worker.intake import JobIntake, guess_job_id
 from worker.job_run import JobRun
 from worker.leases import JobWrite, Leases
+from worker.lifecycle import drain, start_up
 from worker.metrics import WorkerMetrics, log_finished
 from worker.outbox import Outbox, StepOutput, Written
 from worker.presence import Presence
@@ -136,8 +138,8 @@ class WorkerService:
 
     async def run(self, burst: bool = False) -> None:
         """Serve until cancelled or stopped; with ``burst``, drain the job stream and return."""
-        # Probes (worker/health.py) answer from the start (not ready while the profile is measured and Redis
-        # awaited), so a liveness probe does not restart a worker that is still starting.
+        # Probes (worker/health.py) answer from the start: not ready while the profile is
+        # measured and Redis awaited, so a liveness probe does not restart a starting worker.
         http = self.metrics.serve_http(
             self.settings.metrics_port, self.settings.metrics_host, self.health.probe
         )
@@ -151,9 +153,9 @@ class WorkerService:
                 http.shutdown()
 
     async def _serve(self, burst: bool) -> None:
-        await self.profiler.measure()  # before taking jobs: nothing else steps the engine
-        await wait_for_redis(self.r, f"worker {self.worker_id}")
-        await retry_redis("worker start", self._start)
+        if not await self._start_up():
+            log.info("worker %s stopped before it served", self.worker_id)
+            return
         self.health.serving = True
         log.info(
             "worker %s serving %s (drafters: %s)",
@@ -186,6 +188,16 @@ class WorkerService:
                 except (RedisError, OSError) as exc:
                     log.warning("could not deregister: %s", exc)
 
+    async def _start_up(self) -> bool:
+        """Measure the cost profile, wait for Redis, register; False when ``request_stop``
+        came first (worker/lifecycle.py)."""
+        phases = (
+            self.profiler.measure,  # before taking jobs: nothing else steps the engine
+            partial(wait_for_redis, self.r, f"worker {self.worker_id}"),
+            partial(retry_redis, "worker start", self._start),
+        )
+        return await start_up(self._stop, self.profiler.stop, phases)
+
     async def _start(self) -> None:
         await self.intake.setup()
         await self.decisions.start()
@@ -212,7 +224,7 @@ class WorkerService:
         if not got:
             got = await self.intake.read_own_pending(free)
         if not got:
-            got = await self.intake.read_new(free, self.settings.block_ms)
+            got = await self.intake.read_new(free, self.intake.block_ms(self.settings.block_ms))
         await self._take_all(got)
 
     async def _take_all(self, got: list[Entry]) -> None:
@@ -281,28 +293,10 @@ class WorkerService:
 
     async def _drain(self) -> None:
         self._draining = self.health.draining = True
-        log.info(
-            "worker %s draining %d jobs (up to %.0fs)",
-            self.worker_id,
-            len(self.running),
-            self.settings.drain_timeout_s,
-        )
-        await retry_redis("heartbeat", self._heartbeat)
-        with anyio.move_on_after(self.settings.drain_timeout_s):
-            while len(self.running):
-                await self.running.ended.wait()
-        left = list(self.running)
-        for run in left:
-            self.engine.abort_request(run.job_id)
-            run.done = True
-        await self.outbox.flush()
-        idle_ms = int(self.settings.claim_idle_s * 1000) + 1
-        for run in left:
-            if self.running.retire(run.job_id) is not None:
-                back = partial(self.leases.hand_back, run.job_id, run.lease, run.entry_id, idle_ms)
-                await retry_redis("hand-back", back)
-        if left:
-            log.info("worker %s handed %d running jobs back", self.worker_id, len(left))
+        s = self.settings
+        await drain(self.running, self.engine, self.outbox, self.leases, self._heartbeat,
+                    worker_id=s.worker_id, timeout_s=s.drain_timeout_s,
+                    claim_idle_s=s.claim_idle_s)  # fmt: skip
 
     # -- leases, presence, cancellations --------------------------------------------------
     async def _renew(self) -> None:
