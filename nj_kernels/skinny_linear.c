@@ -1,5 +1,6 @@
 /* y[M,N] = x[M,K] @ w[N,K]^T (+ bias[N]) in fp32 for few rows (M), on a CPU with AVX2+FMA
- * (AVX-512 where the compiler targets it). Built and loaded by kernels/cpu_linear.py.
+ * (AVX-512 where the compiler targets it). Built and loaded by nj_kernels/cpu_linear.py; the vector
+ * helpers are in simd.h.
  *
  * Why: for 2-16 rows the BLAS that torch calls on this CPU takes paths slower than its own
  * 1-row product (a 5-row product of SmolLM2's weights cost 1.5-2x a 1-row one), although at
@@ -12,49 +13,7 @@
  * at a time), whatever M is and wherever row m sits in the batch, so a row's result does not
  * depend on its batch.
  */
-#include <immintrin.h>
-#include <stddef.h>
-
-#if !defined(__AVX2__) || !defined(__FMA__)
-#error "skinny_linear needs AVX2 and FMA"
-#endif
-
-#if defined(__AVX512F__)
-typedef __m512 vec;
-#define VW 16
-#define VZERO() _mm512_setzero_ps()
-#define VLOAD(p) _mm512_loadu_ps(p)
-#define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
-static inline vec vload_tail(const float* p, int n) {
-    return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1u), p);
-}
-/* The horizontal sums of four vectors at once, as one 4-float vector. */
-static inline __m128 vsum4(vec a, vec b, vec c, vec d) {
-    __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-    __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
-    __m512 s = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x44), _mm512_shuffle_ps(ab, cd, 0xEE));
-    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s),
-                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
-    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
-#else
-typedef __m256 vec;
-#define VW 8
-#define VZERO() _mm256_setzero_ps()
-#define VLOAD(p) _mm256_loadu_ps(p)
-#define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
-static inline __m128 vsum4(vec a, vec b, vec c, vec d) {
-    __m256 ab = _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
-    __m256 cd = _mm256_add_ps(_mm256_unpacklo_ps(c, d), _mm256_unpackhi_ps(c, d));
-    __m256 s = _mm256_add_ps(_mm256_shuffle_ps(ab, cd, 0x44), _mm256_shuffle_ps(ab, cd, 0xEE));
-    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-}
-static inline vec vload_tail(const float* p, int n) {
-    float buf[VW] = {0};
-    for (int i = 0; i < n; i++) buf[i] = p[i];
-    return _mm256_loadu_ps(buf);
-}
-#endif
+#include "simd.h"
 
 #define NB 4 /* weight rows per block */
 #define MB 6 /* input rows per pass over a block (MB * NB accumulators in registers) */
