@@ -51,6 +51,7 @@ typedef struct {
 
 enum { NJ_OK = 0, NJ_NO_MEMORY = 1, NJ_BAD_POSITION = 2, NJ_BAD_SLOT = 3, NJ_BAD_BLOCK = 4, NJ_BAD_ROWS = 5, NJ_BAD_DIMS = 6 };
 #define NJ_MAX_HEAD_DIM 512
+#define NJ_MAX_GROUP 4 /* query heads attended together (attend_group's passes) */
 
 static inline void layer_linear(const float* x, const float* w, const float* bias, float* y, int m, int n, int k) {
     skinny_linear(x, w, bias, y, m, n, k);
@@ -118,68 +119,99 @@ static inline const float* page_base(const kv_walk* w, int page) {
     return w->cache + (size_t)w->table[page] * w->bs * w->row + w->head;
 }
 
-/* One query head's attention over positions 0..n-1: out = sum_t softmax(q.k_t * scale)_t v_t.
- * `sc` holds n floats of scratch. Scores are reduced four keys at a time by vsum4 (each the
- * same way, so a score does not depend on its neighbours); the softmax and the weighted sum
- * of the values run in position order, page by page. */
-static inline __attribute__((always_inline)) void attend_head(
-    const float* q, float* out, const kv_walk* kw, const kv_walk* vw, int n, float scale, float* sc, const int d) {
+/* The attention of `hb` query heads that share one KV head (consecutive in q and out), over
+ * positions 0..n-1: out_h = sum_t softmax(q_h.k_t * scale)_t v_t. `sc` holds hb * n floats.
+ * Each key and value is read from memory once for the hb heads. Per head the arithmetic is
+ * fixed: scores reduced four keys at a time by vsum4 (each the same way, so a score does not
+ * depend on its neighbours), softmax and the weighted sum of the values in position order. */
+static inline __attribute__((always_inline)) void attend_heads(
+    const float* q, float* out, const kv_walk* kw, const kv_walk* vw, int n, float scale, float* sc,
+    const int d, const int hb) {
+    const __m128 sv = _mm_set1_ps(scale);
     for (int t0 = 0, page = 0; t0 < n; t0 += kw->bs, page++) {
         const float* base = page_base(kw, page);
         int in_page = n - t0 < kw->bs ? n - t0 : kw->bs;
         for (int j0 = 0; j0 < in_page; j0 += 4) {
-            vec acc[4] = {VZERO(), VZERO(), VZERO(), VZERO()};
             int m = in_page - j0 < 4 ? in_page - j0 : 4;
-            for (int j = 0; j < m; j++) {
-                const float* k = base + (size_t)(j0 + j) * kw->row;
-                int i = 0;
-                for (; i + VW <= d; i += VW) acc[j] = VFMA(VLOAD(q + i), VLOAD(k + i), acc[j]);
-                if (i < d) acc[j] = VFMA(vload_tail(q + i, d - i), vload_tail(k + i, d - i), acc[j]);
+            for (int h = 0; h < hb; h++) {
+                const float* qh = q + (size_t)h * d;
+                vec acc[4] = {VZERO(), VZERO(), VZERO(), VZERO()};
+                for (int j = 0; j < m; j++) {
+                    const float* k = base + (size_t)(j0 + j) * kw->row;
+                    int i = 0;
+                    for (; i + VW <= d; i += VW) acc[j] = VFMA(VLOAD(qh + i), VLOAD(k + i), acc[j]);
+                    if (i < d) acc[j] = VFMA(vload_tail(qh + i, d - i), vload_tail(k + i, d - i), acc[j]);
+                }
+                float s4[4];
+                _mm_storeu_ps(s4, _mm_mul_ps(vsum4(acc[0], acc[1], acc[2], acc[3]), sv));
+                for (int j = 0; j < m; j++) sc[(size_t)h * n + t0 + j0 + j] = s4[j];
             }
-            float s4[4];
-            _mm_storeu_ps(s4, _mm_mul_ps(vsum4(acc[0], acc[1], acc[2], acc[3]), _mm_set1_ps(scale)));
-            for (int j = 0; j < m; j++) sc[t0 + j0 + j] = s4[j];
         }
     }
-    float mx = sc[0];
-    for (int t = 1; t < n; t++) mx = sc[t] > mx ? sc[t] : mx;
-    vec mv = VSET(mx), sum = VZERO();
-    int t = 0;
-    for (; t + VW <= n; t += VW) {
-        vec e = vexp(VSUB(VLOAD(sc + t), mv));
-        VSTORE(sc + t, e);
-        sum = VADD(sum, e);
+    float inv[NJ_MAX_GROUP];
+    for (int h = 0; h < hb; h++) {
+        float* s = sc + (size_t)h * n;
+        float mx = s[0];
+        for (int t = 1; t < n; t++) mx = s[t] > mx ? s[t] : mx;
+        vec mv = VSET(mx), sum = VZERO();
+        int t = 0;
+        for (; t + VW <= n; t += VW) {
+            vec e = vexp(VSUB(VLOAD(s + t), mv));
+            VSTORE(s + t, e);
+            sum = VADD(sum, e);
+        }
+        if (t < n) {
+            vstore_tail(s + t, vexp(VSUB(vload_tail(s + t, n - t), mv)), n - t);
+            sum = VADD(sum, vload_tail(s + t, n - t));
+        }
+        inv[h] = 1.0f / vsum(sum);
     }
-    if (t < n) {
-        vstore_tail(sc + t, vexp(VSUB(vload_tail(sc + t, n - t), mv)), n - t);
-        sum = VADD(sum, vload_tail(sc + t, n - t));
-    }
-    enum { MAXV = NJ_MAX_HEAD_DIM / VW };
-    vec acc[MAXV];
+    enum { MAXV = NJ_MAX_HEAD_DIM / VW + 1 };
     const int nv = d / VW, rem = d - nv * VW;
-    for (int i = 0; i < MAXV; i++) acc[i] = VZERO();
+    vec acc[hb][MAXV];
+    for (int h = 0; h < hb; h++)
+        for (int i = 0; i <= nv; i++) acc[h][i] = VZERO();
     for (int t0 = 0, page = 0; t0 < n; t0 += vw->bs, page++) {
         const float* base = page_base(vw, page);
         int in_page = n - t0 < vw->bs ? n - t0 : vw->bs;
         for (int j = 0; j < in_page; j++) {
             const float* v = base + (size_t)j * vw->row;
-            vec e = VSET(sc[t0 + j]);
-            for (int i = 0; i < nv; i++) acc[i] = VFMA(e, VLOAD(v + i * VW), acc[i]);
-            if (rem) acc[nv] = VFMA(e, vload_tail(v + nv * VW, rem), acc[nv]);
+            for (int h = 0; h < hb; h++) {
+                vec e = VSET(sc[(size_t)h * n + t0 + j]);
+                for (int i = 0; i < nv; i++) acc[h][i] = VFMA(e, VLOAD(v + i * VW), acc[h][i]);
+                if (rem) acc[h][nv] = VFMA(e, vload_tail(v + nv * VW, rem), acc[h][nv]);
+            }
         }
     }
-    vec inv = VSET(1.0f / vsum(sum));
-    for (int i = 0; i < nv; i++) VSTORE(out + i * VW, VMUL(acc[i], inv));
-    if (rem) vstore_tail(out + nv * VW, VMUL(acc[nv], inv), rem);
+    for (int h = 0; h < hb; h++) {
+        vec iv = VSET(inv[h]);
+        float* o = out + (size_t)h * d;
+        for (int i = 0; i < nv; i++) VSTORE(o + i * VW, VMUL(acc[h][i], iv));
+        if (rem) vstore_tail(o + nv * VW, VMUL(acc[h][nv], iv), rem);
+    }
 }
 
-/* Constant head widths keep the value accumulators in registers. */
-static void attend(const float* q, float* out, const kv_walk* kw, const kv_walk* vw, int n, float scale, float* sc, int d) {
-    switch (d) {
-        case 64: attend_head(q, out, kw, vw, n, scale, sc, 64); break;
-        case 128: attend_head(q, out, kw, vw, n, scale, sc, 128); break;
-        default: attend_head(q, out, kw, vw, n, scale, sc, d); break;
+/* The g query heads of one KV head, in passes whose value accumulators fit in registers
+ * (constant widths: 64 four heads a pass, 128 two; other widths a head a pass). The passes
+ * depend on the model alone, and each head's arithmetic is the same in any pass. */
+static void attend_group(const float* q, float* out, const kv_walk* kw, const kv_walk* vw, int n, float scale,
+                         float* sc, int d, int g) {
+    int h = 0;
+    if (d == 64) {
+        for (; h + 4 <= g; h += 4) attend_heads(q + (size_t)h * d, out + (size_t)h * d, kw, vw, n, scale, sc, 64, 4);
+        switch (g - h) {
+            case 3: attend_heads(q + (size_t)h * d, out + (size_t)h * d, kw, vw, n, scale, sc, 64, 3); return;
+            case 2: attend_heads(q + (size_t)h * d, out + (size_t)h * d, kw, vw, n, scale, sc, 64, 2); return;
+            case 1: attend_heads(q + (size_t)h * d, out + (size_t)h * d, kw, vw, n, scale, sc, 64, 1); return;
+            default: return;
+        }
     }
+    if (d == 128) {
+        for (; h + 2 <= g; h += 2) attend_heads(q + (size_t)h * d, out + (size_t)h * d, kw, vw, n, scale, sc, 128, 2);
+        if (h < g) attend_heads(q + (size_t)h * d, out + (size_t)h * d, kw, vw, n, scale, sc, 128, 1);
+        return;
+    }
+    for (; h < g; h++) attend_heads(q + (size_t)h * d, out + (size_t)h * d, kw, vw, n, scale, sc, d, 1);
 }
 
 /* hidden [T, hidden] in place: every layer over the rows. positions, slots: [T]; cos / sin:
@@ -223,7 +255,7 @@ int nj_decode_layers(const nj_dims* dims, const nj_layer* layers, float* hidden,
     float* x = malloc(sizeof(float) * (size_t)T * hd);
     float* big = malloc(sizeof(float) * (size_t)T * width);        /* qkv rows, then gate/up rows */
     float* attn = malloc(sizeof(float) * (size_t)T * (H * D > I ? H * D : I)); /* attention out, then SiLU*up */
-    float* sc = malloc(sizeof(float) * ((size_t)max_keys + VW));
+    float* sc = malloc(sizeof(float) * 4 * ((size_t)max_keys + VW)); /* scores of up to 4 heads */
     if (!x || !big || !attn || !sc) {
         free(table); free(x); free(big); free(attn); free(sc);
         return NJ_NO_MEMORY;
@@ -247,10 +279,11 @@ int nj_decode_layers(const nj_dims* dims, const nj_layer* layers, float* hidden,
         for (int r = 0; r < T; r++) {
             const float* q = big + (size_t)r * nqkv;
             int n = (int)positions[r] + 1;
-            for (int h = 0; h < H; h++) {
-                kv_walk kw = {kc, table[r], bs, slot_row, (size_t)(h / g) * D};
-                kv_walk vw = {vc, table[r], bs, slot_row, (size_t)(h / g) * D};
-                attend(q + (size_t)h * D, attn + ((size_t)r * H + h) * D, &kw, &vw, n, dims->scale, sc, D);
+            for (int kh = 0; kh < KVH; kh++) {
+                kv_walk kw = {kc, table[r], bs, slot_row, (size_t)kh * D};
+                kv_walk vw = {vc, table[r], bs, slot_row, (size_t)kh * D};
+                size_t h0 = (size_t)kh * g * D;
+                attend_group(q + h0, attn + (size_t)r * H * D + h0, &kw, &vw, n, dims->scale, sc, D, g);
             }
         }
         layer_linear(attn, L->o, L->o_bias, x, T, hd, H * D);

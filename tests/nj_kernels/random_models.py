@@ -19,6 +19,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "qwen3_qk_norm": dict(hidden=64, heads=8, kv_heads=2, head_dim=16, inter=96, qk_norm=True),
     "mha_128": dict(hidden=256, heads=2, kv_heads=2, head_dim=128, inter=128),
     "head_64": dict(hidden=128, heads=2, kv_heads=1, head_dim=64, inter=64),
+    "gqa5_64": dict(hidden=320, heads=5, kv_heads=1, head_dim=64, inter=64),  # heads attended 4 + 1
+    "gqa_128": dict(hidden=256, heads=4, kv_heads=2, head_dim=128, inter=64),  # 2 heads a pass
 }
 
 

@@ -68,7 +68,7 @@ def test_fused_layers_match_the_op_by_op_path(variant: str) -> None:
     assert not torch.equal(fused_kv, snapshot)
 
 
-@pytest.mark.parametrize("variant", ["llama_gqa", "odd_widths", "qwen3_qk_norm"])
+@pytest.mark.parametrize("variant", ["llama_gqa", "odd_widths", "qwen3_qk_norm", "gqa5_64"])
 def test_a_rows_result_does_not_depend_on_its_batch(variant: str) -> None:
     """A verification of 3 rows beside another sequence's decode row, and the same rows run one
     at a time as decode steps: the same hidden states and logits, bit for bit."""
