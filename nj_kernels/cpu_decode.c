@@ -51,7 +51,7 @@ typedef struct {
 
 enum { NJ_OK = 0, NJ_NO_MEMORY = 1, NJ_BAD_POSITION = 2, NJ_BAD_SLOT = 3, NJ_BAD_BLOCK = 4, NJ_BAD_ROWS = 5, NJ_BAD_DIMS = 6 };
 #define NJ_MAX_HEAD_DIM 512
-#define NJ_MAX_GROUP 4 /* query heads attended together (attend_group's passes) */
+#define NJ_MAX_HEADS 1024
 
 static inline void layer_linear(const float* x, const float* w, const float* bias, float* y, int m, int n, int k) {
     skinny_linear(x, w, bias, y, m, n, k);
@@ -105,113 +105,146 @@ static void silu_mul_row(const float* g, const float* u, float* y, int n) {
     }
 }
 
-/* Where one head's keys (or values) lie: position t of a sequence is in page table[t / bs] at
- * offset t % bs, and a slot holds `row` floats (kv_heads * head_dim), this head's at `head`. */
+/* One row's attention over its positions 0..n-1, for every query head:
+ *   out_h = sum_t softmax(q_h . k_t * scale)_t v_t,   k_t, v_t of KV head h / g.
+ * Page by page, and in a page KV head by KV head, so the keys (then the values) of a page are
+ * read once, close together in time, for every head; the query heads of one KV head are taken
+ * together (passes of up to 4 at width 64, 2 at 128, else 1), so each key and value is loaded
+ * once for them. Per head the arithmetic is fixed whatever the batch: a score is one FMA chain
+ * over the head's width, reduced by vsum4 four keys at a time (each the same way, so a score
+ * does not depend on its neighbours); the softmax and the sum of the values run in position
+ * order (the value accumulators are kept in `out` between pages: a store and a load are
+ * exact). */
 typedef struct {
-    const float* cache;
-    const int32_t* table;
-    int bs;
-    size_t row;
-    size_t head;
-} kv_walk;
+    const float* kc;      /* this layer's key cache: slot s, KV head kh at kc + s * row + kh * d */
+    const float* vc;      /* its value cache, the same layout */
+    const int32_t* table; /* the row's block table */
+    int bs, n, d, g, kv_heads;
+    size_t row;           /* floats a slot: kv_heads * d */
+    float scale;
+} attn_row;
 
-static inline const float* page_base(const kv_walk* w, int page) {
-    return w->cache + (size_t)w->table[page] * w->bs * w->row + w->head;
+/* acc + q * k lane-wise over d floats, in VW chunks (the tail zero-padded). */
+static inline __attribute__((always_inline)) vec key_dot(const float* q, const float* k, vec acc, const int d) {
+    int i = 0;
+    for (; i + VW <= d; i += VW) acc = VFMA(VLOAD(q + i), VLOAD(k + i), acc);
+    if (i < d) acc = VFMA(vload_tail(q + i, d - i), vload_tail(k + i, d - i), acc);
+    return acc;
 }
 
-/* The attention of `hb` query heads that share one KV head (consecutive in q and out), over
- * positions 0..n-1: out_h = sum_t softmax(q_h.k_t * scale)_t v_t. `sc` holds hb * n floats.
- * Each key and value is read from memory once for the hb heads. Per head the arithmetic is
- * fixed: scores reduced four keys at a time by vsum4 (each the same way, so a score does not
- * depend on its neighbours), softmax and the weighted sum of the values in position order. */
-static inline __attribute__((always_inline)) void attend_heads(
-    const float* q, float* out, const kv_walk* kw, const kv_walk* vw, int n, float scale, float* sc,
-    const int d, const int hb) {
-    const __m128 sv = _mm_set1_ps(scale);
-    for (int t0 = 0, page = 0; t0 < n; t0 += kw->bs, page++) {
-        const float* base = page_base(kw, page);
-        int in_page = n - t0 < kw->bs ? n - t0 : kw->bs;
-        for (int j0 = 0; j0 < in_page; j0 += 4) {
-            int m = in_page - j0 < 4 ? in_page - j0 : 4;
-            for (int h = 0; h < hb; h++) {
-                const float* qh = q + (size_t)h * d;
-                vec acc[4] = {VZERO(), VZERO(), VZERO(), VZERO()};
-                for (int j = 0; j < m; j++) {
-                    const float* k = base + (size_t)(j0 + j) * kw->row;
-                    int i = 0;
-                    for (; i + VW <= d; i += VW) acc[j] = VFMA(VLOAD(qh + i), VLOAD(k + i), acc[j]);
-                    if (i < d) acc[j] = VFMA(vload_tail(qh + i, d - i), vload_tail(k + i, d - i), acc[j]);
-                }
-                float s4[4];
-                _mm_storeu_ps(s4, _mm_mul_ps(vsum4(acc[0], acc[1], acc[2], acc[3]), sv));
-                for (int j = 0; j < m; j++) sc[(size_t)h * n + t0 + j0 + j] = s4[j];
+/* Scores of hb heads (q: hb consecutive heads) against the m keys of one page from slot j0 on
+ * (key j at k + j * row), into s[h * n + t0 + j]. */
+static inline __attribute__((always_inline)) void page_scores(
+    const attn_row* a, const float* q, const float* k, int in_page, int t0, float* s, const int d, const int hb) {
+    const __m128 sv = _mm_set1_ps(a->scale);
+    for (int j0 = 0; j0 < in_page; j0 += 4) {
+        int m = in_page - j0 < 4 ? in_page - j0 : 4;
+        for (int h = 0; h < hb; h++) {
+            const float* qh = q + (size_t)h * d;
+            vec acc[4] = {VZERO(), VZERO(), VZERO(), VZERO()};
+            if (m == 4) { /* a constant count keeps the accumulators in registers */
+                for (int j = 0; j < 4; j++) acc[j] = key_dot(qh, k + (size_t)(j0 + j) * a->row, acc[j], d);
+            } else {
+                for (int j = 0; j < m; j++) acc[j] = key_dot(qh, k + (size_t)(j0 + j) * a->row, acc[j], d);
             }
+            float s4[4];
+            _mm_storeu_ps(s4, _mm_mul_ps(vsum4(acc[0], acc[1], acc[2], acc[3]), sv));
+            for (int j = 0; j < m; j++) s[(size_t)h * a->n + t0 + j0 + j] = s4[j];
         }
     }
-    float inv[NJ_MAX_GROUP];
-    for (int h = 0; h < hb; h++) {
-        float* s = sc + (size_t)h * n;
-        float mx = s[0];
-        for (int t = 1; t < n; t++) mx = s[t] > mx ? s[t] : mx;
-        vec mv = VSET(mx), sum = VZERO();
-        int t = 0;
-        for (; t + VW <= n; t += VW) {
-            vec e = vexp(VSUB(VLOAD(s + t), mv));
-            VSTORE(s + t, e);
-            sum = VADD(sum, e);
-        }
-        if (t < n) {
-            vstore_tail(s + t, vexp(VSUB(vload_tail(s + t, n - t), mv)), n - t);
-            sum = VADD(sum, vload_tail(s + t, n - t));
-        }
-        inv[h] = 1.0f / vsum(sum);
-    }
+}
+
+/* out_h += e_h[t] v_t over the page's values (v + j * row), for hb heads; the accumulators
+ * come from and go back to out. */
+static inline __attribute__((always_inline)) void page_values(
+    const attn_row* a, float* out, const float* v, int in_page, int t0, const float* e, const int d, const int hb) {
     enum { MAXV = NJ_MAX_HEAD_DIM / VW + 1 };
     const int nv = d / VW, rem = d - nv * VW;
     vec acc[hb][MAXV];
-    for (int h = 0; h < hb; h++)
-        for (int i = 0; i <= nv; i++) acc[h][i] = VZERO();
-    for (int t0 = 0, page = 0; t0 < n; t0 += vw->bs, page++) {
-        const float* base = page_base(vw, page);
-        int in_page = n - t0 < vw->bs ? n - t0 : vw->bs;
-        for (int j = 0; j < in_page; j++) {
-            const float* v = base + (size_t)j * vw->row;
-            for (int h = 0; h < hb; h++) {
-                vec e = VSET(sc[(size_t)h * n + t0 + j]);
-                for (int i = 0; i < nv; i++) acc[h][i] = VFMA(e, VLOAD(v + i * VW), acc[h][i]);
-                if (rem) acc[h][nv] = VFMA(e, vload_tail(v + nv * VW, rem), acc[h][nv]);
-            }
+    for (int h = 0; h < hb; h++) {
+        for (int i = 0; i < nv; i++) acc[h][i] = VLOAD(out + (size_t)h * d + i * VW);
+        if (rem) acc[h][nv] = vload_tail(out + (size_t)h * d + nv * VW, rem);
+    }
+    for (int j = 0; j < in_page; j++) {
+        const float* vj = v + (size_t)j * a->row;
+        for (int h = 0; h < hb; h++) {
+            vec w = VSET(e[(size_t)h * a->n + t0 + j]);
+            for (int i = 0; i < nv; i++) acc[h][i] = VFMA(w, VLOAD(vj + i * VW), acc[h][i]);
+            if (rem) acc[h][nv] = VFMA(w, vload_tail(vj + nv * VW, rem), acc[h][nv]);
         }
     }
     for (int h = 0; h < hb; h++) {
-        vec iv = VSET(inv[h]);
-        float* o = out + (size_t)h * d;
-        for (int i = 0; i < nv; i++) VSTORE(o + i * VW, VMUL(acc[h][i], iv));
-        if (rem) vstore_tail(o + nv * VW, VMUL(acc[h][nv], iv), rem);
+        for (int i = 0; i < nv; i++) VSTORE(out + (size_t)h * d + i * VW, acc[h][i]);
+        if (rem) vstore_tail(out + (size_t)h * d + nv * VW, acc[h][nv], rem);
     }
 }
 
-/* The g query heads of one KV head, in passes whose value accumulators fit in registers
- * (constant widths: 64 four heads a pass, 128 two; other widths a head a pass). The passes
- * depend on the model alone, and each head's arithmetic is the same in any pass. */
-static void attend_group(const float* q, float* out, const kv_walk* kw, const kv_walk* vw, int n, float scale,
-                         float* sc, int d, int g) {
-    int h = 0;
-    if (d == 64) {
-        for (; h + 4 <= g; h += 4) attend_heads(q + (size_t)h * d, out + (size_t)h * d, kw, vw, n, scale, sc, 64, 4);
-        switch (g - h) {
-            case 3: attend_heads(q + (size_t)h * d, out + (size_t)h * d, kw, vw, n, scale, sc, 64, 3); return;
-            case 2: attend_heads(q + (size_t)h * d, out + (size_t)h * d, kw, vw, n, scale, sc, 64, 2); return;
-            case 1: attend_heads(q + (size_t)h * d, out + (size_t)h * d, kw, vw, n, scale, sc, 64, 1); return;
-            default: return;
+/* One page's keys (values = 0) or values (values = 1) for every head, KV head by KV head, the
+ * query heads of each in passes whose accumulators fit in registers (constant widths). */
+static void attend_page(const attn_row* a, const float* q, float* out, float* s, int page, int in_page, int t0, int values) {
+    const int d = a->d, g = a->g;
+    size_t slot0 = (size_t)a->table[page] * a->bs * a->row;
+    if ((page + 1) * a->bs < a->n) { /* the next page, while this one is read (ctx 2000: -12 % attention) */
+        const char* next = (const char*)((values ? a->vc : a->kc) + (size_t)a->table[page + 1] * a->bs * a->row);
+        for (size_t b = 0; b < sizeof(float) * a->bs * a->row; b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
+    }
+    for (int kh = 0; kh < a->kv_heads; kh++) {
+        const float* base = (values ? a->vc : a->kc) + slot0 + (size_t)kh * d;
+        int h = kh * g, end = h + g;
+        const int hb = d == 64 ? 4 : d == 128 ? 2 : 1;
+        while (h < end) {
+            int c = end - h < hb ? end - h : hb;
+            float* sh = s + (size_t)h * a->n;
+            const float* qh = q + (size_t)h * d;
+            float* oh = out + (size_t)h * d;
+#define NJ_PAGE(D, HB) (values ? page_values(a, oh, base, in_page, t0, sh, D, HB) \
+                               : page_scores(a, qh, base, in_page, t0, sh, D, HB))
+            if (d == 64 && c == 4) NJ_PAGE(64, 4);
+            else if (d == 64 && c == 3) NJ_PAGE(64, 3);
+            else if (d == 64 && c == 2) NJ_PAGE(64, 2);
+            else if (d == 64) NJ_PAGE(64, 1);
+            else if (d == 128 && c == 2) NJ_PAGE(128, 2);
+            else if (d == 128) NJ_PAGE(128, 1);
+            else NJ_PAGE(d, 1);
+#undef NJ_PAGE
+            h += c;
         }
     }
-    if (d == 128) {
-        for (; h + 2 <= g; h += 2) attend_heads(q + (size_t)h * d, out + (size_t)h * d, kw, vw, n, scale, sc, 128, 2);
-        if (h < g) attend_heads(q + (size_t)h * d, out + (size_t)h * d, kw, vw, n, scale, sc, 128, 1);
-        return;
+}
+
+/* The row's attention: out [heads * d], s: heads * n floats of scratch. */
+static void attend_row(const attn_row* a, const float* q, float* out, float* s, int heads) {
+    const int n = a->n, bs = a->bs;
+    for (int t0 = 0, page = 0; t0 < n; t0 += bs, page++)
+        attend_page(a, q, out, s, page, n - t0 < bs ? n - t0 : bs, t0, 0);
+    float inv[NJ_MAX_HEADS];
+    for (int h = 0; h < heads; h++) {
+        float* sh = s + (size_t)h * n;
+        float mx = sh[0];
+        for (int t = 1; t < n; t++) mx = sh[t] > mx ? sh[t] : mx;
+        vec mv = VSET(mx), sum = VZERO();
+        int t = 0;
+        for (; t + VW <= n; t += VW) {
+            vec e = vexp(VSUB(VLOAD(sh + t), mv));
+            VSTORE(sh + t, e);
+            sum = VADD(sum, e);
+        }
+        if (t < n) {
+            vstore_tail(sh + t, vexp(VSUB(vload_tail(sh + t, n - t), mv)), n - t);
+            sum = VADD(sum, vload_tail(sh + t, n - t));
+        }
+        inv[h] = 1.0f / vsum(sum);
     }
-    for (; h < g; h++) attend_heads(q + (size_t)h * d, out + (size_t)h * d, kw, vw, n, scale, sc, d, 1);
+    memset(out, 0, sizeof(float) * (size_t)heads * a->d);
+    for (int t0 = 0, page = 0; t0 < n; t0 += bs, page++)
+        attend_page(a, q, out, s, page, n - t0 < bs ? n - t0 : bs, t0, 1);
+    for (int h = 0; h < heads; h++) {
+        float* o = out + (size_t)h * a->d;
+        vec iv = VSET(inv[h]);
+        int i = 0;
+        for (; i + VW <= a->d; i += VW) VSTORE(o + i, VMUL(VLOAD(o + i), iv));
+        if (i < a->d) vstore_tail(o + i, VMUL(vload_tail(o + i, a->d - i), iv), a->d - i);
+    }
 }
 
 /* hidden [T, hidden] in place: every layer over the rows. positions, slots: [T]; cos / sin:
@@ -226,7 +259,7 @@ int nj_decode_layers(const nj_dims* dims, const nj_layer* layers, float* hidden,
     const size_t slot_row = (size_t)KVH * D, cache_rows = (size_t)dims->num_blocks * bs;
 
     /* Each row's block table; every index checked before anything is written. */
-    if (D <= 0 || D > NJ_MAX_HEAD_DIM || D % 2 || KVH <= 0 || H % KVH || T <= 0) return NJ_BAD_DIMS;
+    if (D <= 0 || D > NJ_MAX_HEAD_DIM || D % 2 || KVH <= 0 || H % KVH || H > NJ_MAX_HEADS || T <= 0) return NJ_BAD_DIMS;
     const int32_t** table = calloc((size_t)T, sizeof(*table));
     if (!table) return NJ_NO_MEMORY;
     int max_keys = 1;
@@ -255,7 +288,7 @@ int nj_decode_layers(const nj_dims* dims, const nj_layer* layers, float* hidden,
     float* x = malloc(sizeof(float) * (size_t)T * hd);
     float* big = malloc(sizeof(float) * (size_t)T * width);        /* qkv rows, then gate/up rows */
     float* attn = malloc(sizeof(float) * (size_t)T * (H * D > I ? H * D : I)); /* attention out, then SiLU*up */
-    float* sc = malloc(sizeof(float) * 4 * ((size_t)max_keys + VW)); /* scores of up to 4 heads */
+    float* sc = malloc(sizeof(float) * (size_t)H * max_keys); /* every head's scores of a row */
     if (!x || !big || !attn || !sc) {
         free(table); free(x); free(big); free(attn); free(sc);
         return NJ_NO_MEMORY;
@@ -277,14 +310,8 @@ int nj_decode_layers(const nj_dims* dims, const nj_layer* layers, float* hidden,
             memcpy(vc + (size_t)slots[r] * slot_row, qk + (size_t)(H + KVH) * D, sizeof(float) * slot_row);
         }
         for (int r = 0; r < T; r++) {
-            const float* q = big + (size_t)r * nqkv;
-            int n = (int)positions[r] + 1;
-            for (int kh = 0; kh < KVH; kh++) {
-                kv_walk kw = {kc, table[r], bs, slot_row, (size_t)kh * D};
-                kv_walk vw = {vc, table[r], bs, slot_row, (size_t)kh * D};
-                size_t h0 = (size_t)kh * g * D;
-                attend_group(q + h0, attn + (size_t)r * H * D + h0, &kw, &vw, n, dims->scale, sc, D, g);
-            }
+            attn_row a = {kc, vc, table[r], bs, (int)positions[r] + 1, D, g, KVH, slot_row, dims->scale};
+            attend_row(&a, big + (size_t)r * nqkv, attn + (size_t)r * H * D, sc, H);
         }
         layer_linear(attn, L->o, L->o_bias, x, T, hd, H * D);
         for (size_t i = 0; i < (size_t)T * hd; i++) hidden[i] = hidden[i] + x[i];

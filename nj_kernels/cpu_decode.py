@@ -39,6 +39,7 @@ LAYER_FIELDS = (
 )  # fmt: skip
 REQUIRED = ("input_norm", "qkv", "o", "post_norm", "gate_up", "down")
 MAX_HEAD_DIM = 512  # NJ_MAX_HEAD_DIM
+MAX_HEADS = 1024  # NJ_MAX_HEADS
 _ERRORS = {
     2: "a position outside the rotary table or its block table",
     3: "a slot outside the cache",
@@ -132,7 +133,10 @@ class DecodeLayers:
     whose weights move builds a new one."""
 
     def __init__(self, dims: Dims, layers: Sequence[Mapping[str, torch.Tensor | None]]) -> None:
-        if not layers or dims.head_dim > MAX_HEAD_DIM or dims.head_dim % 2 or dims.heads % dims.kv_heads:
+        if (
+            not layers or dims.head_dim > MAX_HEAD_DIM or dims.head_dim % 2
+            or dims.heads % dims.kv_heads or dims.heads > MAX_HEADS
+        ):  # fmt: skip
             raise ValueError(f"the fused decode path does not take these dimensions: {dims}")
         self.dims = dims
         self._tensors: list[torch.Tensor] = []
