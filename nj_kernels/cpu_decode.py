@@ -38,6 +38,7 @@ LAYER_FIELDS = (
     "gate_up", "gate_up_bias", "down", "down_bias",
 )  # fmt: skip
 REQUIRED = ("input_norm", "qkv", "o", "post_norm", "gate_up", "down")
+MAX_ROWS_ONE_THREAD = 64
 MAX_HEAD_DIM = 512  # NJ_MAX_HEAD_DIM
 MAX_HEADS = 1024  # NJ_MAX_HEADS
 _ERRORS = {
@@ -121,10 +122,16 @@ def set_enabled(flag: bool) -> None:
 
 
 def max_rows() -> int:
-    """Forwards of at most this many rows take the fused path (0: none do): the skinny
-    kernel's limit, since the layers' products run there. ``NIGHTJAR_FUSED_DECODE=off`` (or
+    """Forwards of at most this many rows take the fused path (0: none do). With one torch
+    thread, 64: SmolLM2 at context 200, the fused forward against the op-by-op one (whose
+    products of more than 24 rows go to the BLAS) took 0.55-0.7x its time at 24-64 decode rows
+    and 0.86x for a 64-row prompt chunk, and about the same at 96-128 rows (2026-12-04). With
+    several threads, the skinny kernel's limit: the BLAS then splits larger products across
+    cores, which the one-threaded fused path does not. ``NIGHTJAR_FUSED_DECODE=off`` (or
     ``NIGHTJAR_SKINNY=off``) turns it off."""
-    return cpu_linear.max_rows() if _enabled else 0
+    if not _enabled or cpu_linear.max_rows() == 0:
+        return 0
+    return MAX_ROWS_ONE_THREAD if torch.get_num_threads() == 1 else cpu_linear.max_rows()
 
 
 class DecodeLayers:

@@ -120,7 +120,10 @@ def test_inputs_out_of_range_are_refused_before_anything_is_written() -> None:
 def test_dispatch_few_fp32_cpu_rows_take_the_fused_path(fused_off: None) -> None:
     assert cpu_decode.max_rows() == 0
     cpu_decode.set_enabled(True)
-    assert cpu_decode.max_rows() == cpu_linear.max_rows() > 0
+    assert cpu_decode.max_rows() >= cpu_linear.max_rows() > 0
+    cpu_linear.set_enabled(False)  # NIGHTJAR_SKINNY=off turns both off
+    assert cpu_decode.max_rows() == 0
+    cpu_linear.set_enabled(True)
     runner = make_runner(**VARIANTS["llama_gqa"])
     model = runner.model
     calls: list[int] = []
@@ -134,8 +137,9 @@ def test_dispatch_few_fp32_cpu_rows_take_the_fused_path(fused_off: None) -> None
 
     fused.run = counting  # type: ignore[method-assign]
     rows = cpu_decode.max_rows()
-    runner.run([ForwardItem(list(range(rows)), 0, list(range(rows // BS + 1)), 1)])
-    runner.run([ForwardItem(list(range(rows + 1)), 0, list(range(rows // BS + 1)), 1)])
+    tokens = [t % VOCAB for t in range(rows + 1)]
+    runner.run([ForwardItem(tokens[:rows], 0, list(range(rows // BS + 1)), 1)])
+    runner.run([ForwardItem(tokens, 0, list(range(rows // BS + 1)), 1)])
     assert calls == [rows]  # more rows than the kernel takes: op by op
     model.weights_changed()  # elastic memory swapped the tensors: bound again
     assert model.fused_layers() is not fused
