@@ -7,7 +7,9 @@ streaming read of a buffer larger than the caches (``benchmarks/stream_read.c``,
 with 2 MiB pages; the floor takes the faster), and ``ModelRunner.run`` at batch 1, one row at a
 context of ``--context`` tokens. Beside them runs the same forward as before the fused path
 (op by op in torch, products through the skinny kernel, weights where the loader put them), and
-a table of batches × rows per sequence (1 = decode, γ+1 = a verification), before and after.
+the two changes one at a time (the fused path on weights as loaded, the op-by-op path on the
+arena), and a table of batches × rows per sequence (1 = decode, γ+1 = a verification), before
+and after.
 
     taskset -c 1 python -m benchmarks.floor_bench --model models/smollm2-135m-instruct
 
@@ -125,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--read-mib", type=int, default=1024)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
+    fused_rows = cpu_decode.max_rows()
     if not cpu_decode.available():
         print("the CPU kernels cannot be built here")
         return 2
@@ -159,13 +162,19 @@ def main(argv: list[str] | None = None) -> int:
     got: dict[tuple[str, int], list[float]] = {}
     for _ in range(args.rounds):
         t4k, thuge = read(buffers[False][1]), read(buffers[True][1])
-        fa = forward(after, one, True, args.reps)
-        fb = forward(before, one, False, args.reps)
+        runs = {
+            "after": forward(after, one, True, args.reps),
+            "before": forward(before, one, False, args.reps),
+            "fused_only": forward(before, one, True, args.reps),
+            "arena_only": forward(after, one, False, args.reps),
+        }
         for c in (0, 1):  # wall, CPU
             floor_s = wbytes * min(t4k[c], thuge[c]) / nbytes
-            for k, v in (("4k", t4k[c]), ("huge", thuge[c]), ("after", fa[c]), ("before", fb[c]),
-                         ("r_after", fa[c] / floor_s), ("r_before", fb[c] / floor_s)):  # fmt: skip
-                got.setdefault((k, c), []).append(v)
+            got.setdefault(("4k", c), []).append(t4k[c])
+            got.setdefault(("huge", c), []).append(thuge[c])
+            for k, v in runs.items():
+                got.setdefault((k, c), []).append(v[c])
+                got.setdefault(("r_" + k, c), []).append(v[c] / floor_s)
     med = {k: statistics.median(v) for k, v in got.items()}
     floor_ms = [0.0, 0.0]
     for c, clock_name in ((0, "wall clock"), (1, "thread CPU time")):
@@ -177,7 +186,12 @@ def main(argv: list[str] | None = None) -> int:
           f"the median of each round's forward / that round's floor:")  # fmt: skip
     print("| path | wall ms | × floor | × floor per round | CPU ms | × floor | × floor per round |")
     print("|---|---|---|---|---|---|---|")
-    paths = (("before: op by op, weights as loaded", "before"), ("after: fused, weight arena", "after"))
+    paths = (
+        ("before: op by op, weights as loaded", "before"),
+        ("op by op, weight arena", "arena_only"),
+        ("fused, weights as loaded", "fused_only"),
+        ("after: fused, weight arena", "after"),
+    )
     for name, key in paths:
         cells = []
         for c in (0, 1):
@@ -188,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.batches:
         print(f"\nbatches × rows a sequence, context {args.context}, thread CPU ms, medians of "
-              f"{args.table_rounds} rounds, fused up to {cpu_linear.max_rows()} rows:")  # fmt: skip
+              f"{args.table_rounds} rounds, fused up to {fused_rows} rows:")  # fmt: skip
         print("| batch | rows / seq | before ms | after ms | before / after | before × decode "
               "| after × decode |")  # fmt: skip
         print("|---|---|---|---|---|---|---|")
@@ -203,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             m = {k: statistics.median(v) * 1e3 for k, v in t.items()}
             for rows in args.rows:
                 b, a = m[(rows, "b")], m[(rows, "a")]
-                note = "" if batch * rows <= cpu_linear.max_rows() else " (op by op both)"
+                note = "" if batch * rows <= fused_rows else " (op by op both)"
                 print(f"| {batch} | {rows} | {b:.1f} | {a:.1f} | {b / a:.2f}×{note} | "
                       f"{b / m[(1, 'b')]:.2f} | {a / m[(1, 'a')]:.2f} |", flush=True)  # fmt: skip
     cpu_decode.set_enabled(True)

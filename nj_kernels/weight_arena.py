@@ -1,12 +1,14 @@
 """Host memory laid out for streaming a model's CPU weights: ``pack(tensors)`` copies them back
 to back into one 2 MiB-aligned anonymous mapping advised for transparent huge pages.
 
-Why: a decode forward reads every weight once, in layer order, and is bound by that read. With
-4 KiB pages the skinny kernel's pass over SmolLM2's 538 MB ran 1.07-1.09x a plain streaming
-read of the same bytes (a TLB miss every 4 KiB, and the hardware prefetchers stop at each page);
-with 2 MiB pages 1.02x (microbenchmark of 2026-12-04, BENCHMARKS.md "fp32 decode at the
-memory floor"). One block in reading order also lets the prefetchers run from one matrix into
-the next. Where the kernel grants no huge pages the block is still aligned and in order.
+Why: a decode forward reads every weight once, in layer order, and is bound by that read. On
+the project's machine (2026-12-04, interleaved rounds, one core) the skinny kernel's pass over
+SmolLM2's matrices at one row took 38.2-39.3 ms with 4 KiB pages and 30.6 ms with 2 MiB pages
+(the best plain read of the same bytes: 38.7 and 28.4 ms): with small pages every 4 KiB costs
+a TLB miss and stops the hardware prefetchers. One block in reading order also lets them (and
+the kernel's software prefetch) run from one matrix into the next. Where the kernel grants no
+huge pages the block is still aligned and in order. Packing copies the weights once at load
+(a transient extra copy of them while the loader's tensors are still referenced).
 
 The mapping is private (a shared anonymous mapping is shmem, which THP leaves alone here) and
 lives as long as any tensor packed into it. Each tensor starts on a 64-byte cache line.
