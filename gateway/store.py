@@ -19,12 +19,13 @@ from typing import Any
 
 import anyio
 import redis.asyncio as aioredis
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, RedisError
 
 from gateway.admission import METADATA, MODEL, OWNER, Admission, Admitted, parse
 from gateway.errors import APIError
 from gateway.hub import EventHub, Subscription
 from gateway.ids import job_not_found, valid_job_id
+from gateway.outage import CancelBacklog, OutageStats, resumed
 from gateway.registry import WorkerRegistry, raw_bytes
 from gateway.settings import GatewaySettings
 from shared import codec, jobs, keys
@@ -33,6 +34,7 @@ from shared.schemas import CancelRequest, ErrorEvent, FinishEvent, JobRequest, M
 from shared.streams import group_load, id_str
 
 CANCEL_MAXLEN = 10_000  # cancellations are only read live; a short history suffices
+CANCEL_NOW_S = 5.0  # a cancel not written within this is remembered and written later
 MODEL_CACHE = 100_000  # job id -> model entries remembered (a job never changes model)
 _ENTRY_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
 
@@ -67,6 +69,8 @@ class JobStore:
         self._admission = Admission(r)
         self.hub = EventHub(r)
         self.registry = WorkerRegistry(r, settings.worker_timeout_s)
+        self.cancels = CancelBacklog(self.request_cancel)  # written once Redis is back
+        self.outages = OutageStats()  # readers riding out Redis outages (gateway/outage.py)
         self._models: OrderedDict[str, str] = OrderedDict()
 
     async def queue_load(self, model: str | None = None) -> int:
@@ -261,7 +265,35 @@ class JobStore:
         and by ``until`` (an ``anyio.current_time()`` deadline) at the latest.
         Ends without a final event when the job is over and nothing is left after ``after``
         (a Last-Event-ID past the end), so no stream of a finished job runs forever.
+        Rides out a Redis outage of up to ``outage_grace_s``, resuming after the last event
+        delivered (gateway/outage.py); a longer one raises its Redis error.
         """
+
+        def read(cursor: str) -> AsyncIterator[StoredEvent | None]:
+            return self._events(job_id, cursor, block_s, until, final_only=final_only, history=history)
+
+        async for item in resumed(
+            read,
+            after,
+            grace_s=self.settings.outage_grace_s,
+            block_s=block_s,
+            until=until,
+            what=f"job {job_id}",
+            stats=self.outages,
+        ):
+            yield item
+
+    async def _events(
+        self,
+        job_id: str,
+        after: str,
+        block_s: float,
+        until: float | None,
+        *,
+        final_only: bool,
+        history: bool,
+    ) -> AsyncIterator[StoredEvent | None]:
+        """``events`` while Redis answers (its first error ends it)."""
         model = await self.model_of(job_id)
         if model is None:
             return
@@ -317,6 +349,18 @@ class JobStore:
             return status.value
         await self.request_cancel(job_id)
         return "cancelling"
+
+    async def cancel_soon(self, job_id: str) -> None:
+        """Cancel the job now, or — Redis down — as soon as Redis answers (``cancels``).
+        Never raises: the caller is already answering its client."""
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(CANCEL_NOW_S):
+                try:
+                    await self.request_cancel(job_id)
+                    return
+                except (RedisError, OSError):
+                    pass
+            self.cancels.add(job_id)
 
     async def request_cancel(self, job_id: str) -> None:
         model = await self.model_of(job_id)

@@ -48,6 +48,9 @@ class PlannerMetrics(MetricSet):
         self.drafter = g("planner_drafter", "1 for the published drafter, 0 for the others.", ["drafter"])
         self.offload = g("planner_offload", "1 while the published decision offloads the drafters.")
         self.weights = g("planner_drafter_weight", "Drafter weights of the policy's learner.", ["drafter"])
+        self.acceptance = g(
+            "planner_drafter_acceptance", "The cost rule prior acceptance per drafter.", ["drafter"]
+        )
         self.version = g("planner_decision_version", "Version of the last decision published.")
         self.age = g("planner_decision_age_seconds", "Seconds since the last decision was published.")
         self.observed = c("planner_telemetry_observed", "Telemetry messages fed to the policy.", ["worker"])
@@ -83,6 +86,8 @@ class PlannerMetrics(MetricSet):
             self.drafter.labels(drafter=d.drafter).set(1)
         self.offload.set(1 if d.offload else 0)
         self.version.set(d.version)
+        for name, alpha in d.acceptance.items():
+            self.acceptance.labels(drafter=name).set(alpha)
 
     def observe_policy(self, policy: Any) -> dict[str, float]:
         """Refresh the drafter weights from the running policy; returns them."""

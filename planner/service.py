@@ -5,10 +5,11 @@ policy needs no locks): telemetry read through the planner's consumer group and 
 ``policy.observe``; a timer asking ``policy.decide(now)``; and the control stream, whose
 PolicyCommands swap the policy. A decision is published when it differs from the last one,
 or when the last one is getting old (so workers never see it go stale while the planner
-lives); every swap, and every failed swap, is recorded in a decision's note. The workers'
-newest startup cost profile (planner/profiles.py) is looked at every ``profile_check_s``
-(every ``PROFILE_WAIT_S`` while there is none yet) and handed to the policy
-(``use_profile``) when it is new, and to every policy swapped in.
+lives); every swap, and every failed swap, is recorded in a decision's note, and every
+decision names the control entry whose command put its policy in place (``command_id``).
+The workers' newest startup cost profile (planner/profiles.py) is looked at every
+``profile_check_s`` (every ``PROFILE_WAIT_S`` while there is none yet) and handed to the
+policy (``use_profile``) when it is new, and to every policy swapped in.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from shared.connection import connect
 from shared.control import Decision, PolicyCommand, Telemetry
 from shared.loops import every, keep_running, retry_redis, wait_for_redis
 from shared.profile import CostProfile
-from shared.streams import ensure_group, entries
+from shared.streams import ensure_group, entries, id_str
 
 log = logging.getLogger(__name__)
 PROFILE_WAIT_S = 0.25  # seconds between looks for a cost profile while the planner has none
@@ -149,7 +150,7 @@ class PlannerService:
                 log.error("skipping malformed control entry %s: %s", entry_id, exc)
                 await self._publish(f"error: malformed policy command: {exc}")
             else:
-                await self.apply(cmd)
+                await self.apply(cmd.model_copy(update={"id": id_str(entry_id)}))
             await self.r.xack(keys.PLANNER_CONTROL_STREAM, keys.PLANNER_CONTROL_GROUP, entry_id)
         return len(got)
 
@@ -168,7 +169,7 @@ class PlannerService:
         """Ask the policy; publish when the choice changed or the last decision is aging."""
         now = time.time()
         last = self.publisher.last
-        aging = last is None or now - last.created_at >= self.settings.republish_s
+        aging = last is None or now - last.created_at >= self.settings.republish_every_s
         published = None
         try:
             choice = self.slot.policy.decide(now)
@@ -176,7 +177,8 @@ class PlannerService:
             log.exception("policy %s failed to decide", self.slot.name)
             choice = None
         if choice is not None and (aging or self.publisher.changed(choice, self.slot.name)):
-            published = await self.publisher.publish(choice, self.slot.name, choice.note)
+            name, cmd_id = self.slot.name, self.slot.command.id
+            published = await self.publisher.publish(choice, name, choice.note, cmd_id)
         if time.monotonic() - self._saved_at >= self.settings.state_save_s:
             await self.slot.save_state()
             self._saved_at = time.monotonic()
@@ -217,4 +219,4 @@ class PlannerService:
     async def _publish(self, note: str) -> Decision:
         choice = self.slot.policy.decide(time.time())
         note = f"{note}: {choice.note}" if choice.note else note
-        return await self.publisher.publish(choice, self.slot.name, note)
+        return await self.publisher.publish(choice, self.slot.name, note, self.slot.command.id)

@@ -8,12 +8,14 @@ fakeredis client on one process-wide ``FakeServer``: the zero-setup default, wit
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlsplit
 
 import redis.asyncio as aioredis
+
+from shared.settings import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_CONNECTIONS  # re-exported
+from shared.settings import RuntimeSettings
 
 if TYPE_CHECKING:
     import fakeredis
@@ -23,8 +25,8 @@ ENV_VAR = "NIGHTJAR_REDIS_URL"
 MAX_CONNECTIONS_VAR = "NIGHTJAR_REDIS_MAX_CONNECTIONS"
 # Every open event stream holds a connection in a blocking XREAD, so a gateway under load
 # needs one per client in flight; redis-py's default pool (100, then an error) is far too
-# small. Past the cap a caller waits for a free connection instead of failing.
-DEFAULT_MAX_CONNECTIONS = 10_000
+# small. Past the cap (RuntimeSettings.redis_max_connections) a caller waits for a
+# free connection instead of failing.
 POOL_WAIT_S = 30.0
 
 _fake_server: fakeredis.FakeServer | None = None
@@ -32,7 +34,12 @@ _fake_lock = threading.Lock()
 
 
 def default_url() -> str:
-    return os.environ.get(ENV_VAR, DEFAULT_URL)
+    """NIGHTJAR_REDIS_URL, else ``memory://``."""
+    return RuntimeSettings().redis_url
+
+
+def _max_connections() -> int:
+    return RuntimeSettings().redis_max_connections
 
 
 def fake_server() -> fakeredis.FakeServer:
@@ -64,7 +71,7 @@ def connect(url: str | None = None) -> aioredis.Redis:
         # redis-py's default socket_timeout=5 would cut XREADGROUP BLOCK waits short.
         pool = aioredis.BlockingConnectionPool.from_url(
             url,
-            max_connections=int(os.environ.get(MAX_CONNECTIONS_VAR, DEFAULT_MAX_CONNECTIONS)),
+            max_connections=_max_connections(),
             timeout=POOL_WAIT_S,
             decode_responses=False,
             socket_timeout=None,
@@ -143,6 +150,6 @@ def _cluster(url: str) -> aioredis.Redis:
         ssl=url.startswith("rediss+"),
         decode_responses=False,
         socket_timeout=None,
-        max_connections=int(os.environ.get(MAX_CONNECTIONS_VAR, DEFAULT_MAX_CONNECTIONS)),
+        max_connections=_max_connections(),
     )
     return cast(aioredis.Redis, client)

@@ -2,7 +2,11 @@
 
 Every name is under the ``nightjar:`` prefix, after vLLM's ``vllm:`` ones
 (``nightjar:time_to_first_token_seconds`` …), labelled by ``model`` and ``worker`` where
-they apply. Each service instance keeps its metrics in its own ``CollectorRegistry``
+they apply. Beside them, vLLM's own families under their own names and labels
+(``vllm:…`` with ``model_name`` and ``engine``; the API server's ``http_requests_total``), so
+vLLM's Grafana dashboards work unchanged: a ``MetricSet`` whose ``prefix`` is ``vllm:`` (or
+empty) names them (worker/vllm_metrics.py, gateway/metrics.py). Each service instance keeps
+its metrics in its own ``CollectorRegistry``
 (``MetricSet``), so tests may build many services in one process; the *process view*
 (``render_process`` / ``serve``) merges every live registry of the process, which is how
 ``nightjar up`` shows the gateway's, the worker's and the planner's metrics on the
@@ -34,6 +38,7 @@ from prometheus_client.registry import Collector
 log = logging.getLogger(__name__)
 
 PREFIX = "nightjar:"
+VLLM_PREFIX = "vllm:"
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 disable_created_metrics()  # no *_created series: they double every counter and histogram
@@ -60,12 +65,27 @@ _LIVE: list[weakref.ref[CollectorRegistry]] = []
 _LIVE_LOCK = threading.Lock()
 
 
-def metric_name(name: str) -> str:
-    return name if name.startswith(PREFIX) else PREFIX + name
+def metric_name(name: str, prefix: str = PREFIX) -> str:
+    return name if name.startswith(prefix) else prefix + name
+
+
+# vLLM's request-length buckets: 1, 2, 5, 10, 20, 50, … up to the longest context.
+def buckets_1_2_5(limit: int) -> tuple[float, ...]:
+    out: list[int] = []
+    scale = 1
+    while True:
+        for m in (1, 2, 5):
+            if m * scale > limit:
+                return tuple(float(x) for x in out)
+            out.append(m * scale)
+        scale *= 10
 
 
 class MetricSet:
-    """One service instance's metrics in a registry of its own, part of the process view."""
+    """One service instance's metrics in a registry of its own, part of the process view;
+    every name it makes is under ``prefix``."""
+
+    prefix = PREFIX
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -75,15 +95,17 @@ class MetricSet:
             _LIVE.append(weakref.ref(self.registry))
 
     def counter(self, name: str, doc: str, labels: Iterable[str] = ()) -> Counter:
-        return Counter(metric_name(name), doc, list(labels), registry=self.registry)
+        return Counter(metric_name(name, self.prefix), doc, list(labels), registry=self.registry)
 
     def gauge(self, name: str, doc: str, labels: Iterable[str] = ()) -> Gauge:
-        return Gauge(metric_name(name), doc, list(labels), registry=self.registry)
+        return Gauge(metric_name(name, self.prefix), doc, list(labels), registry=self.registry)
 
     def histogram(
         self, name: str, doc: str, labels: Iterable[str] = (), buckets: tuple[float, ...] = E2E_BUCKETS
     ) -> Histogram:
-        return Histogram(metric_name(name), doc, list(labels), registry=self.registry, buckets=buckets)
+        return Histogram(
+            metric_name(name, self.prefix), doc, list(labels), registry=self.registry, buckets=buckets
+        )
 
     def serve_http(self, port: int | None, host: str = "127.0.0.1") -> WSGIServer | None:
         """``serve`` the process view when a port is given (None: no HTTP server)."""

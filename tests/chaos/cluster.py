@@ -91,10 +91,10 @@ class Cluster:
     model_dir: Path
     logs: Path
     workers: tuple[str, ...] = ("wA", "wB")
-    claim_idle_s: float = 3.0
-    renew_s: float = 1.0
+    claim_idle_s: float = 3.0  # the only failover setting: renewals every 1 s, sweeps every 0.5 s
     max_jobs: int = 8
     drain_timeout_s: float = 5.0
+    outage_grace_s: float = 15.0  # the gateway's: a 5 s Redis outage is ridden out, a 30 s one is not
     admin_token: str = "chaos-admin-token"
     port: int = field(default_factory=free_port)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -113,13 +113,12 @@ class Cluster:
         rurl = ["--redis-url", self.redis.url()]
         if name == "gateway":
             return [*base, "gateway", *rurl, "--host", "127.0.0.1", "--port", str(self.port),
-                    "--max-queue", "500"]  # fmt: skip
+                    "--max-queue", "500", "--outage-grace", str(self.outage_grace_s)]  # fmt: skip
         if name == "planner":
             return [*base, "planner", *rurl, "--policy", "static", "--set", "gamma=1"]
         return [*base, "worker", *rurl, "--model", str(self.model_dir), "--worker-id", name,
                 "--max-jobs", str(self.max_jobs), "--engine-opt", "num_blocks=256",
-                "--claim-idle", str(self.claim_idle_s), "--renew", str(self.renew_s),
-                "--autoclaim", "0.5", "--threads", "1"]  # fmt: skip
+                "--claim-idle", str(self.claim_idle_s), "--threads", "1"]  # fmt: skip
 
     def start(self, name: str) -> None:
         old = self.procs.get(name)

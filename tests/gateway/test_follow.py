@@ -86,7 +86,8 @@ async def test_a_stream_past_its_deadline_ends_with_an_error_chunk_and_done(r: a
 async def test_a_redis_failure_mid_stream_ends_with_an_error_chunk_and_done(
     r: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with gateway(r, keepalive_s=0.1) as gw, stalling_worker(r):
+    """Past the outage grace period (a shorter outage is ridden out: tests/gateway/test_outage.py)."""
+    async with gateway(r, keepalive_s=0.1, outage_grace_s=0.3) as gw, stalling_worker(r) as seen:
         real_xread = r.xread
         delivered = False
 
@@ -98,11 +99,20 @@ async def test_a_redis_failure_mid_stream_ends_with_an_error_chunk_and_done(
             delivered = bool(entries(got))
             return got
 
+        real_hget = r.hget
+
+        async def flaky_hget(*args, **kwargs):  # type: ignore[no-untyped-def]
+            if delivered:  # (the reader's look at the job's status fails the same way)
+                raise RedisConnectionError("Connection reset by peer")
+            return await real_hget(*args, **kwargs)
+
         monkeypatch.setattr(r, "xread", flaky_xread)
+        monkeypatch.setattr(r, "hget", flaky_hget)
         with anyio.fail_after(10):
             resp = await gw.post("/v1/completions", json={"prompt": "x", "stream": True})
     data = _data(resp.text)
     assert data[-1] == "[DONE]" and json.loads(data[-2])["error"]["code"] == "unavailable"
+    assert await r.get(keys.job_cancel(MODEL, seen[0])) == b"1"  # the client got an error: no work goes on
 
 
 async def _finish(r: aioredis.Redis, job_id: str) -> list[str]:
