@@ -1,11 +1,13 @@
 /* Every decoder layer of a Llama-family model over a few rows, in one call: the decode path
- * of the fp32 CPU engine (decode rows, speculative verifications, short chunks). Built with
+ * of the fp32 CPU engine (decode rows, speculative verifications, short prompt chunks: up to
+ * cpu_decode.py's max_rows()). Built with
  * skinny_linear.c into one library by nj_kernels/cpu_linear.py; called by cpu_decode.py.
  *
- * Why: at batch 1 a forward of SmolLM2-135M reads 538 MB of weights, which takes ~33 ms at
- * one core's read bandwidth; run op by op from torch, the ~15 small ops of each of the 30
- * layers (norms, rotary, the KV write, a gather of the pages and SDPA, SiLU, residuals) cost
- * another ~8-10 ms of dispatch and copies. Here a layer is norm -> qkv -> (q/k norm) -> rotary
+ * Why: at batch 1 a forward of SmolLM2-135M reads 538 MB of weights, 28-30 ms at the best
+ * read bandwidth of one core of the project's machine; run op by op from torch, the ~15 small
+ * ops of each of its 30 layers (norms, rotary, the KV write, a gather of the pages and SDPA,
+ * SiLU, residuals) cost another 8-20 ms of dispatch and copies (BENCHMARKS.md "fp32 decode at
+ * the memory floor"). Here a layer is norm -> qkv -> (q/k norm) -> rotary
  * -> KV write -> paged attention read in place -> o-proj -> residual -> norm -> gate/up ->
  * SiLU * up -> down -> residual, with the products through skinny_linear and everything else
  * on rows that stay in cache.

@@ -1,12 +1,13 @@
 """Every decoder layer of a Llama-family model over few fp32 CPU rows, in one C call.
 
 The decode path of the CPU engine: a batch-1 decode row, a speculative verification of γ+1
-rows, a few sequences' decode rows. Run op by op from torch, a layer is ~15 small ops (norms,
-rotary, the KV write, a gather of the pages and SDPA, SiLU, residuals), 5-20 µs of dispatch
-each; at batch 1 they cost SmolLM2-135M ~8-10 ms a forward on top of the ~33 ms its 538 MB of
-weights take to read. ``cpu_decode.c`` runs the whole stack of layers in one call: the
-products through the skinny kernel (``skinny_linear.c``), attention reading the paged cache in
-place, everything else on rows that stay in cache (benchmarks/floor_bench.py).
+rows, up to ``max_rows()`` decode rows or prompt rows. Run op by op from torch, a layer is ~15
+small ops (norms, rotary, the KV write, a gather of the pages and SDPA, SiLU, residuals), 5-20
+µs of dispatch each; at batch 1 they cost SmolLM2-135M 8-20 ms a forward on top of the 28-30
+ms its 538 MB of weights take to read here. ``cpu_decode.c`` runs the whole stack of layers in
+one call: the products through the skinny kernel (``skinny_linear.c``), attention reading the
+paged cache in place, everything else on rows that stay in cache. Batch 1 then runs at
+1.11-1.18x the read floor (benchmarks/floor_bench.py, BENCHMARKS.md).
 
 Every row's output depends only on that row (its input, its position, the keys and values its
 attention reads), never on the other rows or their number: a verification row computes
