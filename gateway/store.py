@@ -30,7 +30,8 @@ from gateway.registry import WorkerRegistry, raw_bytes
 from gateway.settings import GatewaySettings
 from shared import codec, jobs, keys
 from shared.errors import ErrorCode
-from shared.schemas import CancelRequest, ErrorEvent, FinishEvent, JobRequest, Message
+from shared.replication import ReplicaWait
+from shared.schemas import CancelRequest, ErrorEvent, FinishEvent, JobRequest, Message, TokenEvent
 from shared.streams import group_load, id_str
 
 CANCEL_MAXLEN = 10_000  # cancellations are only read live; a short history suffices
@@ -72,6 +73,8 @@ class JobStore:
         self.cancels = CancelBacklog(self.request_cancel)  # written once Redis is back
         self.outages = OutageStats()  # readers riding out Redis outages (gateway/outage.py)
         self._models: OrderedDict[str, str] = OrderedDict()
+        # Admissions and cancellations on a replica before the answer (shared/replication.py).
+        self.replicas = ReplicaWait.for_url(r, settings.redis_url)
 
     async def queue_load(self, model: str | None = None) -> int:
         """Jobs on a model's stream (every live model's when None) not yet acknowledged:
@@ -163,6 +166,14 @@ class JobStore:
             async with self.r.pipeline(transaction=False) as pipe:
                 self._index(pipe, job, owner)
                 await pipe.execute()
+        ttl = max(1, int(self.settings.result_ttl_s))
+        await self.replicas.confirm(
+            {
+                keys.job_model(job.job_id): ttl,
+                keys.job_key(job.model, job.job_id): ttl,
+                keys.owner_jobs(owner): ttl,
+            }
+        )
         return Submitted(job.job_id, created=True, status=jobs.JobStatus.QUEUED.value)
 
     async def _admit(self, job: JobRequest, limit: int, owner: str, fingerprint: str) -> Admitted:
@@ -314,6 +325,7 @@ class JobStore:
         if sub.final_of is not None:
             await sub.start(after)  # the hub looks at the job's status as it follows it
             ended = ended or sub.over
+        sent = 0  # output positions this reader was sent
         while True:
             block: int | None = None
             if not ended:
@@ -334,6 +346,13 @@ class JobStore:
                     msg = codec.from_entry(fields)
                 except codec.CodecError:
                     continue  # not ours to judge; the worker wrote it
+                if isinstance(msg, TokenEvent):
+                    end = msg.index + len(msg.token_ids)
+                    if msg.token_ids and end <= sent:
+                        # Sent already: a re-run wrote these positions again because a Redis
+                        # failover lost the writes this reader had been sent (worker/leases.py).
+                        continue
+                    sent = max(sent, end)
                 yield StoredEvent(after, msg)
                 if isinstance(msg, FinishEvent | ErrorEvent):
                     return
@@ -377,6 +396,7 @@ class JobStore:
                 approximate=True,
             )
             await pipe.execute()
+        await self.replicas.confirm({keys.job_cancel(model, job_id): ttl})
 
     async def result(self, job_id: str) -> FinishEvent | ErrorEvent | None:
         """The final event stored in the job record, if any."""

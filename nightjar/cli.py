@@ -128,6 +128,13 @@ def _add_planner(p: argparse.ArgumentParser, cls: type[PlannerSettings]) -> None
         help="a parameter of the policy (docs/planner.md), repeatable",
     )
     add(p, "--valid-for", cls, "valid_for_s", type=float)
+    # The capacity estimate: workers each model needs (planner/capacity.py, docs/scaling.md).
+    add(p, "--ttft-target", cls, "ttft_target_s", type=float)
+    add(p, "--tpot-target", cls, "tpot_target_s", type=float)
+    add(p, "--target-utilization", cls, "target_utilization", type=float)
+    add(p, "--min-workers", cls, "min_workers", type=int)
+    add(p, "--max-workers", cls, "max_workers", type=int)
+    add(p, "--plan-models", cls, "plan_models")
 
 
 def build_parser() -> argparse.ArgumentParser:

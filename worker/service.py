@@ -36,6 +36,7 @@ from worker.cost_profile import CostProfiler
 from worker.decisions import DecisionFollower
 from worker.engine.api import Engine, RequestOutput, StepResult, StepStats
 from worker.engine_factory import create_engine
+from worker.health import WorkerHealth
 from worker.intake import JobIntake, guess_job_id
 from worker.job_run import JobRun
 from worker.leases import JobWrite, Leases
@@ -115,6 +116,7 @@ class WorkerService:
         self._draining = False
         self._short = False  # the last step was short enough to run the next one inline
         self._prefill = 0  # prompt tokens added since the last step
+        self.health = WorkerHealth(s.worker_id, self.model_name, s.max_jobs, lambda: len(self.running))
 
     def _profile_cache(self, model_dir: str) -> ProfileCache | None:
         """Where this worker's cost profile is cached (``worker/profile_cache.py``); None when
@@ -136,10 +138,25 @@ class WorkerService:
 
     async def run(self, burst: bool = False) -> None:
         """Serve until cancelled or stopped; with ``burst``, drain the job stream and return."""
+        # Probes (worker/health.py) answer from the start: not ready while the profile is
+        # measured and Redis awaited, so a liveness probe does not restart a starting worker.
+        http = self.metrics.serve_http(
+            self.settings.metrics_port, self.settings.metrics_host, self.health.probe
+        )
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self.health.ticking)
+                await self._serve(burst)
+                tg.cancel_scope.cancel()
+        finally:
+            if http is not None:
+                http.shutdown()
+
+    async def _serve(self, burst: bool) -> None:
         if not await self._start_up():
             log.info("worker %s stopped before it served", self.worker_id)
             return
-        http = self.metrics.serve_http(self.settings.metrics_port, self.settings.metrics_host)
+        self.health.serving = True
         log.info(
             "worker %s serving %s (drafters: %s)",
             self.worker_id,
@@ -164,8 +181,7 @@ class WorkerService:
                     await self._drain()
                 tg.cancel_scope.cancel()
         finally:
-            if http is not None:
-                http.shutdown()
+            self.health.serving = False
             with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                 try:
                     await self.presence.leave()
@@ -186,6 +202,7 @@ class WorkerService:
         await self.intake.setup()
         await self.decisions.start()
         await self.presence.beat(0, self.decisions.version, self.decisions.fallback)
+        self.health.beat_ok()
         await self.profiler.publish()
 
     # -- intake ---------------------------------------------------------------------------
@@ -275,7 +292,7 @@ class WorkerService:
                 await self.running.ended.wait()
 
     async def _drain(self) -> None:
-        self._draining = True
+        self._draining = self.health.draining = True
         s = self.settings
         await drain(self.running, self.engine, self.outbox, self.leases, self._heartbeat,
                     worker_id=s.worker_id, timeout_s=s.drain_timeout_s,
@@ -305,6 +322,7 @@ class WorkerService:
         await self.presence.beat(
             len(self.running), self.decisions.version, self.decisions.fallback, self._draining
         )
+        self.health.beat_ok()
         await self.profiler.publish()  # once per measurement
 
     async def _follow_cancels(self) -> None:
