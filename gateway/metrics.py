@@ -9,7 +9,8 @@
   latency and queue time from the job's events (their stream entry ids are their times),
   prompt and generation tokens, and the finish reason; labelled by model and worker.
 - ``/metrics``: the process view (shared/metrics.py), so under ``nightjar up`` it shows the
-  worker's and the planner's metrics too.
+  worker's and the planner's metrics too. Also: requests riding out a Redis outage now and
+  cancels waiting for Redis (gateway/outage.py).
 - ``ApiMetrics``: vLLM's API-server families under their own names (vLLM counts requests with
   prometheus-fastapi-instrumentator): ``http_requests_total{handler, method, status}``, status
   as a class ("2xx"), and ``http_request_duration_seconds{handler, method}``, without the
@@ -308,7 +309,11 @@ def install(app: FastAPI) -> GatewayMetrics:
     metrics = GatewayMetrics()
     app.state.metrics = metrics
     app.state.api_metrics = api = ApiMetrics()
-    app.state.store = MeteredStore(app.state.store, metrics)
+    store = app.state.store = MeteredStore(app.state.store, metrics)
+    readers = metrics.gauge("redis_outage_readers", "Requests riding out a Redis outage now.")
+    readers.set_function(lambda: store.outages.waiting)
+    cancels = metrics.gauge("redis_outage_cancels_pending", "Cancels that wait for Redis to be written.")
+    cancels.set_function(lambda: len(store.cancels))
 
     async def metrics_route(request: Request) -> Response:
         return Response(m.render_process(), media_type=m.CONTENT_TYPE)

@@ -53,6 +53,12 @@ class GatewaySettings(EnvSettings):
     request_timeout_s: float = Field(
         default=600.0, gt=0, description="seconds before an unfinished OpenAI request is cancelled with a 504"
     )
+    outage_grace_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="seconds a request in flight rides out a Redis outage, resuming where it was; past "
+        "them it is answered 503 and its job cancelled (0: at once; gateway/outage.py)",
+    )
     result_ttl_s: float = Field(
         default=24 * 3600.0,
         gt=0,

@@ -59,6 +59,7 @@ def _add_gateway(p: argparse.ArgumentParser, cls: type[GatewaySettings]) -> None
     add(p, "--rate-limit", cls, "rate_limit_rps", type=float)
     add(p, "--rate-burst", cls, "rate_limit_burst", type=int)
     add(p, "--request-timeout", cls, "request_timeout_s", type=float)
+    add(p, "--outage-grace", cls, "outage_grace_s", type=float)
     add_result_ttl(p, cls)
     add(p, "--max-body-bytes", cls, "max_body_bytes", type=int)
     add(p, "--max-concurrency", cls, "max_concurrency", type=int)
@@ -77,8 +78,6 @@ def _add_worker(p: argparse.ArgumentParser, cls: type[WorkerSettings]) -> None:
     add(p, "--served-model-name", cls, "model_name")
     add(p, "--max-jobs", cls, "max_jobs", type=int)
     add(p, "--claim-idle", cls, "claim_idle_s", type=float)
-    add(p, "--renew", cls, "renew_s", type=float)
-    add(p, "--autoclaim", cls, "autoclaim_s", type=float)
     add(p, "--progress-interval", cls, "progress_s", type=float)
     add(p, "--max-deliveries", cls, "max_deliveries", type=int)
     add(p, "--drain-timeout", cls, "drain_timeout_s", type=float)
@@ -107,6 +106,7 @@ def _add_worker(p: argparse.ArgumentParser, cls: type[WorkerSettings]) -> None:
     add(p, "--ngram", cls, "ngram", action=argparse.BooleanOptionalAction)
     add(p, "--profile", cls, "profile", action=argparse.BooleanOptionalAction)
     add(p, "--profile-budget", cls, "profile_budget_s", type=float)
+    add(p, "--profile-reps", cls, "profile_reps", type=int)
     add(p, "--profile-cache", cls, "profile_cache", action=argparse.BooleanOptionalAction)
     add(p, "--profile-idle", cls, "profile_idle_s", type=float)
 
@@ -129,6 +129,13 @@ def _add_planner(p: argparse.ArgumentParser, cls: type[PlannerSettings]) -> None
         help="a parameter of the policy (docs/planner.md), repeatable",
     )
     add(p, "--valid-for", cls, "valid_for_s", type=float)
+    # The capacity estimate: workers each model needs (planner/capacity.py, docs/scaling.md).
+    add(p, "--ttft-target", cls, "ttft_target_s", type=float)
+    add(p, "--tpot-target", cls, "tpot_target_s", type=float)
+    add(p, "--target-utilization", cls, "target_utilization", type=float)
+    add(p, "--min-workers", cls, "min_workers", type=int)
+    add(p, "--max-workers", cls, "max_workers", type=int)
+    add(p, "--plan-models", cls, "plan_models")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,7 +8,7 @@
  * step's. Here every (row, head) is computed by the same fixed sequence of operations, which
  * depends only on the row's own position and the cached keys and values it attends to:
  *   s_t = scale * dot(q, k_t)   for t = 0..p (dot: lane-wise FMAs over D, one fixed reduction)
- *   e_t = exp(s_t - max_t s_t)  (a fixed polynomial exp), Z = sum of e_t (lane-wise, fixed)
+ *   e_t = exp(s_t - max_t s_t)  (simd.h's polynomial exp), Z = sum of e_t (lane-wise, fixed)
  *   out = (sum_t e_t * v_t) / Z (FMAs in t order)
  * so the output of a row does not depend on the rows, sequences or padding around it.
  *
@@ -22,28 +22,12 @@
 
 #include "simd.h"
 
-/* exp(x) for x <= 0 (Cephes' expf polynomial, ~1 ulp): x = n ln2 + r, |r| <= ln2/2. */
-static inline vec vexp(vec x) {
-    vec n = VROUND(VMUL(x, VSET1(1.44269504088896341f)));
-    vec r = VFMA(n, VSET1(-0.693359375f), x);
-    r = VFMA(n, VSET1(2.12194440e-4f), r);
-    vec p = VSET1(1.9875691500e-4f);
-    p = VFMA(p, r, VSET1(1.3981999507e-3f));
-    p = VFMA(p, r, VSET1(8.3334519073e-3f));
-    p = VFMA(p, r, VSET1(4.1665795894e-2f));
-    p = VFMA(p, r, VSET1(1.6666665459e-1f));
-    p = VFMA(p, r, VSET1(5.0000001201e-1f));
-    p = VFMA(p, VMUL(r, r), VADD(r, VSET1(1.0f)));
-    vec scale = ICAST(ISLL(IADD(VCVTI(n), ISET1(127)), 23));
-    return vselect_lt(x, -87.0f, VZERO(), VMUL(p, scale)); /* below: 0 (2^-126 > e^-87.3) */
-}
-
 static inline float dot(const float* a, const float* b, int D) {
     vec acc = VZERO();
     int d = 0;
     for (; d + VW <= D; d += VW) acc = VFMA(VLOAD(a + d), VLOAD(b + d), acc);
     if (d < D) acc = VFMA(vload_tail(a + d, D - d), vload_tail(b + d, D - d), acc);
-    return hsum(acc);
+    return vsum(acc);
 }
 
 #define MAXG 16 /* query heads per KV head handled at once */
@@ -61,22 +45,22 @@ static void attend(const float* const* q, float* const* out, int G, const float*
     float inv[MAXG];
     for (int g = 0; g < G; g++) {
         float* sg = s + (size_t)g * L;
-        vec mv = VSET1(-INFINITY);
+        vec mv = VSET(-INFINITY);
         int t = 0;
         for (; t + VW <= L; t += VW) mv = VMAX(mv, VLOAD(sg + t));
         float m = hmax(mv);
         for (; t < L; t++) m = sg[t] > m ? sg[t] : m;
         vec zv = VZERO();
         for (t = 0; t + VW <= L; t += VW) {
-            vec e = vexp(VSUB(VLOAD(sg + t), VSET1(m)));
+            vec e = vexp(VSUB(VLOAD(sg + t), VSET(m)));
             VSTORE(sg + t, e);
             zv = VADD(zv, e);
         }
         if (t < L) {
-            vstore_n(sg + t, vexp(VSUB(vload_tail(sg + t, L - t), VSET1(m))), L - t);
+            vstore_tail(sg + t, vexp(VSUB(vload_tail(sg + t, L - t), VSET(m))), L - t);
             zv = VADD(zv, vload_tail(sg + t, L - t)); /* the lanes past L add 0 */
         }
-        inv[g] = 1.0f / hsum(zv);
+        inv[g] = 1.0f / vsum(zv);
     }
     vec acc[MAXG][MAXD / VW];
     const int nv = (D + VW - 1) / VW;
@@ -87,15 +71,15 @@ static void attend(const float* const* q, float* const* out, int G, const float*
         for (int c = 0; c < nv; c++) {
             int n = D - c * VW < VW ? D - c * VW : VW;
             vec vv = n == VW ? VLOAD(v + c * VW) : vload_tail(v + c * VW, n);
-            for (int g = 0; g < G; g++) acc[g][c] = VFMA(VSET1(s[(size_t)g * L + t]), vv, acc[g][c]);
+            for (int g = 0; g < G; g++) acc[g][c] = VFMA(VSET(s[(size_t)g * L + t]), vv, acc[g][c]);
         }
     }
     for (int g = 0; g < G; g++)
         for (int c = 0; c < nv; c++) {
             int n = D - c * VW < VW ? D - c * VW : VW;
-            vec o = VMUL(acc[g][c], VSET1(inv[g]));
+            vec o = VMUL(acc[g][c], VSET(inv[g]));
             if (n == VW) VSTORE(out[g] + c * VW, o);
-            else vstore_n(out[g] + c * VW, o, n);
+            else vstore_tail(out[g] + c * VW, o, n);
         }
 }
 

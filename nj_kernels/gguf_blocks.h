@@ -6,6 +6,8 @@
 #ifndef NJ_GGUF_BLOCKS_H
 #define NJ_GGUF_BLOCKS_H
 
+#include <string.h>
+
 #include "simd.h"
 
 #if !defined(__F16C__)
@@ -47,7 +49,7 @@ static inline int step_of(int type) {
 
 typedef struct {
     vec a, b;       /* scales: Q8_0/Q4_0 d; Q4_1 d, m; Q4_K d*sc, -(dmin*m); Q6_K the two d*sc */
-    ivec raw[HALF]; /* Q4_0/Q4_1: the 16 nibble bytes, zero-extended */
+    veci raw[HALF]; /* Q4_0/Q4_1: the 16 nibble bytes, zero-extended */
 } prep_t;
 
 /* Exactness of the fused forms: a f16 scale has 11 significant bits, so d*q (q < 16) and the
@@ -61,15 +63,15 @@ static inline __attribute__((always_inline)) prep_t prep(int type, const uint8_t
     switch (type) {
         case T_Q8_0: {
             const uint8_t* b = row + (size_t)(k / 32) * 34;
-            p.a = VSET1(f16(b));
+            p.a = VSET(f16(b));
             break;
         }
         case T_Q4_0: {
             const uint8_t* b = row + (size_t)(k / 32) * 18;
 #if VW == 16 /* the block's 16 possible weights, d*(q-8), looked up by q (one permute a vector) */
-            p.a = VMUL(VSET1(f16(b)), _mm512_set_ps(7, 6, 5, 4, 3, 2, 1, 0, -1, -2, -3, -4, -5, -6, -7, -8));
+            p.a = VMUL(VSET(f16(b)), _mm512_set_ps(7, 6, 5, 4, 3, 2, 1, 0, -1, -2, -3, -4, -5, -6, -7, -8));
 #else
-            p.a = VSET1(f16(b));
+            p.a = VSET(f16(b));
 #endif
             for (int h = 0; h < HALF; h++) p.raw[h] = u8x(b + 2 + h * VW);
             break;
@@ -77,11 +79,11 @@ static inline __attribute__((always_inline)) prep_t prep(int type, const uint8_t
         case T_Q4_1: {
             const uint8_t* b = row + (size_t)(k / 32) * 20;
 #if VW == 16 /* the 16 possible weights (d*q)+m (the fused form: see above), looked up by q */
-            p.a = VFMA(VSET1(f16(b)), _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                       VSET1(f16(b + 2)));
+            p.a = VFMA(VSET(f16(b)), _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                       VSET(f16(b + 2)));
 #else
-            p.a = VSET1(f16(b));
-            p.b = VSET1(f16(b + 2));
+            p.a = VSET(f16(b));
+            p.b = VSET(f16(b + 2));
 #endif
             for (int h = 0; h < HALF; h++) p.raw[h] = u8x(b + 4 + h * VW);
             break;
@@ -90,16 +92,16 @@ static inline __attribute__((always_inline)) prep_t prep(int type, const uint8_t
             const uint8_t* b = row + (size_t)(k / 256) * 144;
             int sc, mn;
             q4k_scale_min(b + 4, (k % 256) / 32, &sc, &mn);
-            p.a = VSET1(f16(b) * (float)sc);
-            p.b = VSET1(-(f16(b + 2) * (float)mn));
+            p.a = VSET(f16(b) * (float)sc);
+            p.b = VSET(-(f16(b + 2) * (float)mn));
             break;
         }
         case T_Q6_K: {
             const uint8_t* b = row + (size_t)(k / 256) * 210;
             int g = (k % 256) / 16;
             float d = f16(b + 208);
-            p.a = VSET1(d * (float)(int8_t)b[192 + g]);
-            p.b = VSET1(d * (float)(int8_t)b[193 + g]);
+            p.a = VSET(d * (float)(int8_t)b[192 + g]);
+            p.b = VSET(d * (float)(int8_t)b[193 + g]);
             break;
         }
         default:
@@ -121,8 +123,8 @@ static inline __attribute__((always_inline)) vec chunk(int type, const uint8_t* 
         case T_Q8_0:
             return VMUL(VCVT(i8x(row + (size_t)(k / 32) * 34 + 2 + c * VW)), p->a);
         case T_Q4_0: {
-            ivec r = p->raw[c % HALF];
-            ivec q = c < HALF ? IAND(r, ISET1(15)) : ISRL(r, 4);
+            veci r = p->raw[c % HALF];
+            veci q = c < HALF ? IAND(r, ISET1(15)) : ISRL(r, 4);
 #if VW == 16
             return _mm512_permutexvar_ps(q, p->a);
 #else
@@ -130,8 +132,8 @@ static inline __attribute__((always_inline)) vec chunk(int type, const uint8_t* 
 #endif
         }
         case T_Q4_1: {
-            ivec r = p->raw[c % HALF];
-            ivec q = c < HALF ? IAND(r, ISET1(15)) : ISRL(r, 4);
+            veci r = p->raw[c % HALF];
+            veci q = c < HALF ? IAND(r, ISET1(15)) : ISRL(r, 4);
 #if VW == 16
             return _mm512_permutexvar_ps(q, p->a);
 #else
@@ -141,17 +143,17 @@ static inline __attribute__((always_inline)) vec chunk(int type, const uint8_t* 
         case T_Q4_K: {
             const uint8_t* b = row + (size_t)(k / 256) * 144;
             int s = (k % 256) / 32;
-            ivec q = u8x(b + 16 + (s / 2) * 32 + c * VW);
+            veci q = u8x(b + 16 + (s / 2) * 32 + c * VW);
             q = (s & 1) ? ISRL(q, 4) : IAND(q, ISET1(15));
             return VFMA(p->a, VCVT(q), p->b);
         }
         case T_Q6_K: {
             const uint8_t* b = row + (size_t)(k / 256) * 210;
             int r = e % 128, h = (e % 256) / 128;
-            ivec lo = u8x(b + h * 64 + r % 64);
+            veci lo = u8x(b + h * 64 + r % 64);
             lo = (r / 64) ? ISRL(lo, 4) : IAND(lo, ISET1(15));
-            ivec hi = IAND(ISRL(u8x(b + 128 + h * 32 + r % 32), 2 * (r / 32)), ISET1(3));
-            ivec q = ISUB(IOR(lo, ISLL(hi, 4)), ISET1(32));
+            veci hi = IAND(ISRL(u8x(b + 128 + h * 32 + r % 32), 2 * (r / 32)), ISET1(3));
+            veci q = ISUB(IOR(lo, ISLL(hi, 4)), ISET1(32));
             return VMUL(c * VW < 16 ? p->a : p->b, VCVT(q));
         }
         default:

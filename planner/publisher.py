@@ -1,4 +1,4 @@
-"""Versioned decisions: INCR a counter, XADD to the decision stream, SET the latest."""
+"""Versioned decisions: INCR a counter, SET the latest, XADD to the decision stream."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ class DecisionPublisher:
         self.valid_for_s = valid_for_s
         self.last: Decision | None = None
         self.on_publish: Callable[[Decision], None] | None = None  # e.g. the planner's metrics
+        self.desired_workers: dict[str, int] = {}  # the capacity estimate, carried by every decision
 
     def changed(self, choice: Choice, policy: str) -> bool:
         """Would publishing ``choice`` tell the workers something new?"""
@@ -34,9 +35,12 @@ class DecisionPublisher:
             or d.offload != choice.offload
             or d.hold_steps != choice.hold_steps
             or _rule_moved(d, choice)
+            or d.desired_workers != self.desired_workers
         )
 
-    async def publish(self, choice: Choice, policy: str, note: str) -> Decision:
+    async def publish(self, choice: Choice, policy: str, note: str, command_id: str = "") -> Decision:
+        """Publish ``choice`` as the next version; ``command_id``: the control entry that put
+        ``policy`` in place (``Decision.command_id``)."""
         version = int(await self.r.incr(keys.DECISION_VERSION))
         decision = Decision(
             version=version,
@@ -52,13 +56,20 @@ class DecisionPublisher:
             acceptance={k: round(float(v), 4) for k, v in choice.acceptance.items()},
             acceptance_hi={k: round(float(v), 4) for k, v in choice.acceptance_hi.items()},
             hold_steps=choice.hold_steps,
+            desired_workers=dict(self.desired_workers),
             valid_for_s=self.valid_for_s,
             note=note,
+            command_id=command_id,
         )
-        async with self.r.pipeline(transaction=True) as pipe:
-            pipe.xadd(keys.DECISIONS_STREAM, codec.entry(decision), maxlen=DECISIONS_MAXLEN, approximate=True)
-            pipe.set(keys.DECISION_LATEST, codec.encode(decision))
-            await pipe.execute()
+        # The latest first, then the stream, one after the other: on Redis Cluster the two
+        # keys are in different slots (no transaction spans them). A worker that starts in
+        # between reads the new latest and then skips the same version on the stream; a
+        # planner that dies in between leaves the stream one decision short until the next
+        # publish (``republish_s``), never a latest older than the stream's newest.
+        await self.r.set(keys.DECISION_LATEST, codec.encode(decision))
+        await self.r.xadd(
+            keys.DECISIONS_STREAM, codec.entry(decision), maxlen=DECISIONS_MAXLEN, approximate=True
+        )
         self.last = decision
         if self.on_publish is not None:
             self.on_publish(decision)

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from shared.settings import EnvSettings
+from shared.settings import CommaList, EnvSettings
 
 # Speculation on by default: the nightjar policy (docs/planner.md).
 DEFAULT_POLICY = "nightjar"
@@ -65,11 +65,34 @@ class PlannerSettings(EnvSettings):
         description="serve Prometheus /metrics on this port (0: any free one); unset: none",
     )
     metrics_host: str = Field(default="127.0.0.1", description="address /metrics binds")
+    # The capacity estimate (planner/capacity.py): workers each model needs under this SLO.
+    ttft_target_s: float = Field(
+        default=2.0, gt=0, description="SLO: seconds within which a waiting job starts"
+    )
+    tpot_target_s: float = Field(default=0.1, gt=0, description="SLO: seconds per output token of one stream")
+    target_utilization: float = Field(
+        default=0.8, gt=0, le=1, description="the busiest a worker is planned to be, in (0, 1]"
+    )
+    capacity_s: float = Field(default=1.0, gt=0, description="how often the capacity estimate is made")
+    capacity_window_s: float = Field(
+        default=30.0, gt=0, description="the averaging window of the arrival and output rates"
+    )
+    scale_down_window_s: float = Field(
+        default=60.0, ge=0, description="the desired count falls only to the highest of this window"
+    )
+    min_workers: int = Field(default=1, ge=0, description="the fewest workers asked for a model")
+    max_workers: int = Field(default=0, ge=0, description="the most workers asked for a model (0: no cap)")
+    plan_models: CommaList = Field(
+        default=(),
+        description="models to plan for even with no live worker, e.g. scaled to zero (comma-separated)",
+    )
 
     @model_validator(mode="after")
     def _republish_below_validity(self) -> PlannerSettings:
         if self.republish_every_s >= self.valid_for_s:
             raise ValueError("republish_s must be below valid_for_s, or workers fall back between publishes")
+        if self.max_workers and self.max_workers < self.min_workers:
+            raise ValueError("max_workers (when set) must be at least min_workers")
         return self
 
     @property

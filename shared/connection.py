@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlsplit
 
 import redis.asyncio as aioredis
+from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
+from redis.asyncio.sentinel import SentinelManagedConnection
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from shared.settings import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_CONNECTIONS  # re-exported
 from shared.settings import RuntimeSettings
@@ -31,6 +34,46 @@ POOL_WAIT_S = 30.0
 
 _fake_server: fakeredis.FakeServer | None = None
 _fake_lock = threading.Lock()
+
+
+class _ClosedTransportIsConnectionError:
+    """Under uvloop, a write on a transport the server closed (a Redis that died since the
+    connection was last used) raises ``RuntimeError("unable to perform operation on
+    <TCPTransport closed=True ...>")``, which redis-py passes through: a Redis Cluster client
+    then neither marks the node failed nor finds the promoted replica, and a service loop
+    that rides out Redis outages (``RedisError``) dies instead. Here it is the
+    ``ConnectionError`` it is (the connection is already dropped by redis-py)."""
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        try:
+            await super().send_packed_command(command, check_health)  # type: ignore[misc]
+        except RuntimeError as exc:
+            if "closed" not in str(exc):
+                raise
+            raise RedisConnectionError(f"Error while writing to socket: {exc}") from exc
+
+
+class _Connection(_ClosedTransportIsConnectionError, Connection):
+    pass
+
+
+class _SSLConnection(_ClosedTransportIsConnectionError, SSLConnection):
+    pass
+
+
+class _UnixConnection(_ClosedTransportIsConnectionError, UnixDomainSocketConnection):
+    pass
+
+
+class _SentinelConnection(_ClosedTransportIsConnectionError, SentinelManagedConnection):
+    pass
+
+
+_SAFE: dict[type, type] = {
+    Connection: _Connection,
+    SSLConnection: _SSLConnection,
+    UnixDomainSocketConnection: _UnixConnection,
+}
 
 
 def default_url() -> str:
@@ -78,6 +121,7 @@ def connect(url: str | None = None) -> aioredis.Redis:
             health_check_interval=30,
             **_reconnect_once(),
         )
+        pool.connection_class = _SAFE.get(pool.connection_class, pool.connection_class)
         return aioredis.Redis(connection_pool=pool)
     if url.startswith("redis+sentinel://"):
         return _sentinel(url)
@@ -129,6 +173,7 @@ def _sentinel(url: str) -> aioredis.Redis:
     return sentinel.master_for(
         path[0],
         redis_class=aioredis.Redis,
+        connection_class=_SentinelConnection,
         db=db,
         password=password,
         decode_responses=False,
@@ -152,4 +197,8 @@ def _cluster(url: str) -> aioredis.Redis:
         socket_timeout=None,
         max_connections=_max_connections(),
     )
+    # The nodes it discovers (every node, at the first command) are made with these options;
+    # RedisCluster takes no connection class of its own.
+    options = client.nodes_manager.connection_kwargs
+    options["connection_class"] = _SAFE.get(options["connection_class"], options["connection_class"])
     return cast(aioredis.Redis, client)

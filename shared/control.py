@@ -165,9 +165,18 @@ class Decision(Message):
     # bound): where no drafter pays even there, the workers do no speculative work at all.
     acceptance_hi: dict[DrafterName, Probability] = Field(default_factory=dict, max_length=64)
     hold_steps: int = Field(default=1, ge=1, le=1 << 16)
+    # Workers each model needs under the planner's SLO (planner/capacity.py): for operators
+    # and autoscalers (also the gauge nightjar:planner_desired_workers); workers ignore it.
+    desired_workers: dict[
+        Annotated[str, Field(max_length=MAX_NAME)], Annotated[int, Field(ge=0, le=1_000_000)]
+    ] = Field(default_factory=dict, max_length=1024)
     created_at: float = Field(default_factory=time.time)
     valid_for_s: float = 30.0
     note: str = ""
+    # The control-stream entry id of the PolicyCommand whose policy made this decision ("" for
+    # the planner's own default). Every decision of that policy keeps it — periodic republishes
+    # too, whose note no longer says who asked — so a caller knows when its swap is in force.
+    command_id: str = Field(default="", max_length=64)
 
     def gamma_for(self, batch_size: int) -> int:
         for upper, gamma in self.gamma_table:
@@ -187,6 +196,7 @@ class PolicyCommand(Message):
     params: dict[str, Any] = Field(default_factory=dict)
     requested_by: str = "cli"
     ts: float = Field(default_factory=time.time)
+    id: str = Field(default="", max_length=64)  # its control-stream entry id, once the planner read it
 
 
 class WorkerInfo(Message):

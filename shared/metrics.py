@@ -16,11 +16,15 @@ gateway's ``/metrics``. A standalone worker or planner serves the same view on
 
 from __future__ import annotations
 
+import json
 import logging
+import socket
 import threading
 import weakref
-from collections.abc import Iterable, Iterator
-from wsgiref.simple_server import WSGIServer
+from collections.abc import Callable, Iterable, Iterator
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -30,7 +34,7 @@ from prometheus_client import (
     Histogram,
     disable_created_metrics,
     generate_latest,
-    start_http_server,
+    make_wsgi_app,
 )
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
@@ -107,11 +111,14 @@ class MetricSet:
             metric_name(name, self.prefix), doc, list(labels), registry=self.registry, buckets=buckets
         )
 
-    def serve_http(self, port: int | None, host: str = "127.0.0.1") -> WSGIServer | None:
-        """``serve`` the process view when a port is given (None: no HTTP server)."""
+    def serve_http(
+        self, port: int | None, host: str = "127.0.0.1", health: Health | None = None
+    ) -> WSGIServer | None:
+        """``serve`` the process view (and ``health`` under /health) when a port is given
+        (None: no HTTP server)."""
         if port is None:
             return None
-        server, _ = serve(port, host)
+        server, _ = serve(port, host, health)
         self.http_server = server
         log.info("metrics at http://%s:%d/metrics", host, server.server_port)
         return server
@@ -155,10 +162,58 @@ def render_process() -> bytes:
     return generate_latest(PROCESS_REGISTRY)
 
 
-def serve(port: int, host: str = "127.0.0.1") -> tuple[WSGIServer, threading.Thread]:
-    """Serve the process view on ``http://host:port/metrics`` from a daemon thread
-    (port 0: any free port, see ``server.server_port``); ``server.shutdown()`` stops it."""
-    return start_http_server(port, addr=host, registry=PROCESS_REGISTRY)
+# A service's health: request path (/health, /health/live, /health/ready) -> (HTTP status,
+# JSON body). Called from the HTTP server's thread: it must only read the service's state.
+Health = Callable[[str], tuple[int, dict[str, Any]]]
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # a scrape or a probe every few seconds is not worth a log line
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+def _app(health: Health | None) -> Callable[..., Iterable[bytes]]:
+    metrics = make_wsgi_app(PROCESS_REGISTRY)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = str(environ.get("PATH_INFO", ""))
+        if not path.startswith("/health"):
+            return metrics(environ, start_response)
+        if health is None or path not in ("/health", "/health/live", "/health/ready"):
+            status, body = 404, {"error": "not found"}
+        else:
+            try:
+                status, body = health(path)
+            except Exception as exc:  # a probe must get an answer, never a dropped connection
+                status, body = 503, {"status": "error", "error": repr(exc)}
+        raw = json.dumps(body).encode()
+        reason = {200: "OK", 404: "Not Found"}.get(status, "Service Unavailable")
+        start_response(
+            f"{status} {reason}", [("Content-Type", "application/json"), ("Content-Length", str(len(raw)))]
+        )
+        return [raw]
+
+    return app
+
+
+def serve(
+    port: int, host: str = "127.0.0.1", health: Health | None = None
+) -> tuple[WSGIServer, threading.Thread]:
+    """Serve the process view on ``http://host:port/metrics`` (and, with ``health``, the
+    service's /health, /health/live and /health/ready: Kubernetes' probes) from a daemon
+    thread (port 0: any free port, see ``server.server_port``); ``server.shutdown()`` stops it."""
+
+    class Server(_ThreadingServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    httpd = make_server(host, port, _app(health), Server, handler_class=_Quiet)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True, name="metrics-http")
+    thread.start()
+    return httpd, thread
 
 
 def bucket_label(upper: int) -> str:

@@ -24,6 +24,7 @@ idle moment (the refresh after another ``refresh_idle_s``).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from functools import partial
@@ -36,7 +37,7 @@ from shared.control import Decision
 from shared.profile import CostProfile
 from worker.engine.api import Engine, StepResult, StepStats
 from worker.profile_cache import ProfileCache
-from worker.profiling import Interrupted, ProfileSettings, profile_engine
+from worker.profiling import Interrupted, ProfileSettings, Stopped, profile_engine
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,11 @@ class CostProfiler:
         self.busy_at = clock()  # the last step with work (the idle clock starts here)
         self.resident = True  # the drafters' weights are on the device
         self.published: CostProfile | None = None
+        self._stop = threading.Event()  # the worker is stopping: no pass runs or goes on
+
+    def stop(self) -> None:
+        """End a pass in progress at its next engine step (any thread), and start none again."""
+        self._stop.set()
 
     def _cached(self) -> bool:
         """Take the cached profile, if there is one for this worker's key."""
@@ -93,14 +99,22 @@ class CostProfiler:
         if not self.settings.enabled:
             log.info("cost profile of %s skipped (--no-profile)", self.model)
             return None
+        if self._stop.is_set():
+            return None
         if source == STARTUP and self._cached():
             return None
+        budget = self.settings.budget_s
+        log.info("measuring the cost profile of %s (%s; up to %.0f s)", self.model, source, budget)
         run = partial(
             profile_engine, self.engine, self.model, self.settings, worker_id=self.worker_id,
             offloaded=not self.resident, restore=self.decision, source=source, waiting=self.waiting,
+            stop=self._stop,
         )  # fmt: skip
         try:
             profile = await anyio.to_thread.run_sync(run)
+        except Stopped:
+            log.info("cost profile of %s stopped: the worker is stopping", self.model)
+            return None
         except Interrupted as exc:
             what = "cost profile of %s (%s) interrupted by a job; measured again when idle"
             log.info(what, self.model, source)

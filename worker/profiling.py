@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -93,6 +94,10 @@ class OutOfTime(Exception):
     """The profiling budget ran out."""
 
 
+class Stopped(Exception):
+    """The worker is stopping (SIGTERM): the pass ends at its next step."""
+
+
 @dataclass
 class BatchCosts:
     """Medians measured at one batch size."""
@@ -130,9 +135,11 @@ class _Pass:
         deadline: float,
         drafters: list[str],
         waiting: Callable[[], bool] = lambda: False,
+        stop: threading.Event | None = None,
     ) -> None:
         self.engine, self.s, self.deadline, self.drafters = engine, s, deadline, drafters
         self.waiting = waiting  # a real job was admitted: stop before the next step
+        self.stop = stop  # set from the event loop: the pass ends before its next step
         self.offloaded = not drafters
         self.rng = random.Random(0)
         self.total_blocks = 0
@@ -153,6 +160,8 @@ class _Pass:
 
     def step(self) -> tuple[StepStats, list[RequestOutput]]:
         t0 = time.perf_counter()
+        if self.stop is not None and self.stop.is_set():
+            raise Stopped
         if t0 + self.last_step_s > self.deadline:  # the next step would end past the budget
             raise OutOfTime
         if self.waiting():  # give the engine back before this step, not after it
@@ -285,16 +294,18 @@ def profile_engine(
     restore: Callable[[], Decision | None] | None = None,
     source: str = "startup",
     waiting: Callable[[], bool] = lambda: False,
+    stop: threading.Event | None = None,
 ) -> CostProfile | None:
     """Measure ``engine`` (idle, in the thread that steps it); None when not even batch 1
     finished within the budget. ``restore()`` is applied at the end (the decision in force);
     ``offloaded``: the drafters are away, so only γ = 0 (q = 1) can be measured.
 
     Raises ``Interrupted`` when ``waiting()`` turns true (no outputs) or a step also ran a
-    request that is not the profiler's (its outputs)."""
+    request that is not the profiler's (its outputs), and ``Stopped`` (its synthetic requests
+    cleared) once ``stop`` is set: within one step."""
     t0 = time.perf_counter()
     names = [] if offloaded else list(getattr(engine, "drafter_names", []))
-    run = _Pass(engine, settings, t0 + settings.budget_s, names, waiting)
+    run = _Pass(engine, settings, t0 + settings.budget_s, names, waiting, stop)
     done: dict[int, BatchCosts] = {}
     long: dict[int, BatchCosts] = {}
     try:
@@ -308,7 +319,7 @@ def profile_engine(
             # The target again at a longer context (the first drafter only, for the rows),
             # before the last rounds of the short one: a slow model spends its budget on both.
             wide = replace(settings, prompt_len=settings.long_prompt_len)
-            again = _Pass(engine, wide, run.deadline, names[:1], waiting)
+            again = _Pass(engine, wide, run.deadline, names[:1], waiting, stop)
             long_sizes = [b for b in batch_sizes(engine, wide, len(names[:1])) if b in done]
             _rounds(again, long_sizes, first, long, "long-", t0)
         _rounds(run, sizes, settings.reps - first, done, "", t0, start=first)
@@ -338,6 +349,9 @@ def _rounds(
             log.warning("cost profile: budget spent in %sround %d at batch %d", tag, rnd + 1, batch)
             run.clear(ids)
             return
+        except Stopped:
+            run.clear(ids)
+            raise
         except Interrupted:
             for rid in ids:  # the next real step finishes them, as cancelled
                 run.engine.abort_request(rid)

@@ -7,8 +7,9 @@ first, then new jobs, when a slot is free; other loops follow cancellations and 
 renew the leases of running jobs, and heartbeat. A job is acknowledged only with its result,
 in one fenced script, so a crash anywhere means redelivery, never a lost job; a worker that
 lost a job (paused past ``--claim-idle``) writes nothing more for it. Every loop outlives a
-Redis outage; ``request_stop`` drains: no new jobs, running ones finish within
-``drain_timeout_s`` or are handed back to the other workers.
+Redis outage; ``request_stop`` ends a start at once and drains a serving worker: no new
+jobs, running ones finish within ``drain_timeout_s`` or are handed back to the other workers
+(worker/lifecycle.py).
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ from worker.cost_profile import CostProfiler
 from worker.decisions import DecisionFollower
 from worker.engine.api import Engine, RequestOutput, StepResult, StepStats
 from worker.engine_factory import create_engine
+from worker.health import WorkerHealth
 from worker.intake import JobIntake, guess_job_id
 from worker.job_run import JobRun
 from worker.leases import JobWrite, Leases
+from worker.lifecycle import drain, start_up
 from worker.metrics import WorkerMetrics, log_finished
 from worker.outbox import Outbox, StepOutput, Written
 from worker.presence import Presence
@@ -113,6 +116,7 @@ class WorkerService:
         self._draining = False
         self._short = False  # the last step was short enough to run the next one inline
         self._prefill = 0  # prompt tokens added since the last step
+        self.health = WorkerHealth(s.worker_id, self.model_name, s.max_jobs, lambda: len(self.running))
 
     def _profile_cache(self, model_dir: str) -> ProfileCache | None:
         """Where this worker's cost profile is cached (``worker/profile_cache.py``); None when
@@ -134,10 +138,25 @@ class WorkerService:
 
     async def run(self, burst: bool = False) -> None:
         """Serve until cancelled or stopped; with ``burst``, drain the job stream and return."""
-        await self.profiler.measure()  # before taking jobs: nothing else steps the engine
-        await wait_for_redis(self.r, f"worker {self.worker_id}")
-        await retry_redis("worker start", self._start)
-        http = self.metrics.serve_http(self.settings.metrics_port, self.settings.metrics_host)
+        # Probes (worker/health.py) answer from the start: not ready while the profile is
+        # measured and Redis awaited, so a liveness probe does not restart a starting worker.
+        http = self.metrics.serve_http(
+            self.settings.metrics_port, self.settings.metrics_host, self.health.probe
+        )
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self.health.ticking)
+                await self._serve(burst)
+                tg.cancel_scope.cancel()
+        finally:
+            if http is not None:
+                http.shutdown()
+
+    async def _serve(self, burst: bool) -> None:
+        if not await self._start_up():
+            log.info("worker %s stopped before it served", self.worker_id)
+            return
+        self.health.serving = True
         log.info(
             "worker %s serving %s (drafters: %s)",
             self.worker_id,
@@ -162,18 +181,28 @@ class WorkerService:
                     await self._drain()
                 tg.cancel_scope.cancel()
         finally:
-            if http is not None:
-                http.shutdown()
+            self.health.serving = False
             with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                 try:
                     await self.presence.leave()
                 except (RedisError, OSError) as exc:
                     log.warning("could not deregister: %s", exc)
 
+    async def _start_up(self) -> bool:
+        """Measure the cost profile, wait for Redis, register; False when ``request_stop``
+        came first (worker/lifecycle.py)."""
+        phases = (
+            self.profiler.measure,  # before taking jobs: nothing else steps the engine
+            partial(wait_for_redis, self.r, f"worker {self.worker_id}"),
+            partial(retry_redis, "worker start", self._start),
+        )
+        return await start_up(self._stop, self.profiler.stop, phases)
+
     async def _start(self) -> None:
         await self.intake.setup()
         await self.decisions.start()
         await self.presence.beat(0, self.decisions.version, self.decisions.fallback)
+        self.health.beat_ok()
         await self.profiler.publish()
 
     # -- intake ---------------------------------------------------------------------------
@@ -195,7 +224,7 @@ class WorkerService:
         if not got:
             got = await self.intake.read_own_pending(free)
         if not got:
-            got = await self.intake.read_new(free, self.settings.block_ms)
+            got = await self.intake.read_new(free, self.intake.block_ms(self.settings.block_ms))
         await self._take_all(got)
 
     async def _take_all(self, got: list[Entry]) -> None:
@@ -263,29 +292,11 @@ class WorkerService:
                 await self.running.ended.wait()
 
     async def _drain(self) -> None:
-        self._draining = True
-        log.info(
-            "worker %s draining %d jobs (up to %.0fs)",
-            self.worker_id,
-            len(self.running),
-            self.settings.drain_timeout_s,
-        )
-        await retry_redis("heartbeat", self._heartbeat)
-        with anyio.move_on_after(self.settings.drain_timeout_s):
-            while len(self.running):
-                await self.running.ended.wait()
-        left = list(self.running)
-        for run in left:
-            self.engine.abort_request(run.job_id)
-            run.done = True
-        await self.outbox.flush()
-        idle_ms = int(self.settings.claim_idle_s * 1000) + 1
-        for run in left:
-            if self.running.retire(run.job_id) is not None:
-                back = partial(self.leases.hand_back, run.job_id, run.lease, run.entry_id, idle_ms)
-                await retry_redis("hand-back", back)
-        if left:
-            log.info("worker %s handed %d running jobs back", self.worker_id, len(left))
+        self._draining = self.health.draining = True
+        s = self.settings
+        await drain(self.running, self.engine, self.outbox, self.leases, self._heartbeat,
+                    worker_id=s.worker_id, timeout_s=s.drain_timeout_s,
+                    claim_idle_s=s.claim_idle_s)  # fmt: skip
 
     # -- leases, presence, cancellations --------------------------------------------------
     async def _renew(self) -> None:
@@ -311,6 +322,7 @@ class WorkerService:
         await self.presence.beat(
             len(self.running), self.decisions.version, self.decisions.fallback, self._draining
         )
+        self.health.beat_ok()
         await self.profiler.publish()  # once per measurement
 
     async def _follow_cancels(self) -> None:

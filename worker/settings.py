@@ -14,6 +14,23 @@ from pydantic import Field, model_validator
 from shared.settings import CommaList, EnvSettings
 from worker.profiling import ProfileSettings
 
+RENEWALS_PER_CLAIM_IDLE = 3  # a live worker renews this many times within claim_idle_s
+MAX_SWEEP_S = 2.0  # the XAUTOCLAIM sweep's period at most
+
+
+def claim_timing(claim_idle_s: float) -> tuple[float, float]:
+    """(renewal period, sweep period) for ``claim_idle_s``: what bounds failover.
+
+    A running job's entry is claimed again (its idle time reset) every renewal period, so a
+    live worker's jobs never look idle: 3 renewals fit in ``claim_idle_s`` (a loop stalled
+    for two of them loses nothing). A dead worker's last renewal or delivery came at the
+    latest when it died, so its jobs are idle past ``claim_idle_s`` by then + ``claim_idle_s``;
+    another worker sweeps (XAUTOCLAIM) every sweep period — and its blocked read of new jobs
+    never outlasts the next sweep (``JobIntake.block_ms``) — so with a free slot an orphan
+    is taken within ``claim_idle_s`` + the sweep period: at most ``claim_idle_s / 6`` and
+    2 s, which leaves the rest of the 5 s promised (docs/reliability.md) to admission."""
+    return claim_idle_s / RENEWALS_PER_CLAIM_IDLE, min(claim_idle_s / 6, MAX_SWEEP_S)
+
 
 def default_worker_id() -> str:
     # Stable across restarts of one container (pid 1), so a restarted worker finds its own
@@ -59,14 +76,17 @@ class WorkerSettings(EnvSettings):
     claim_idle_s: float = Field(
         default=30.0,
         gt=0,
-        description="seconds a job sits idle on a dead worker before another takes it over",
+        description="seconds before another worker takes over the jobs of one that died; claim renewals "
+        "(every third of it) and sweeps for orphans (every sixth, at most 2 s) follow from it, so an "
+        "orphan resumes within it + 5 s",
     )
+    # Not flags: failover timing has one setting, claim_idle_s (``claim_timing``); tests may pin these.
     renew_s: float = Field(
-        default=10.0,
-        gt=0,
-        description="seconds between renewals of this worker's claims (below --claim-idle)",
+        default=0.0, ge=0, description="claim renewal period; 0: derived from claim_idle_s"
     )
-    autoclaim_s: float = Field(default=5.0, gt=0, description="seconds between sweeps for dead workers' jobs")
+    autoclaim_s: float = Field(
+        default=0.0, ge=0, description="XAUTOCLAIM sweep period; 0: derived from claim_idle_s"
+    )
     max_deliveries: int = Field(default=3, ge=1, description="starts of one job before it is dead-lettered")
     heartbeat_s: float = Field(
         default=1.0, gt=0, description="seconds between registrations and idle telemetry"
@@ -112,6 +132,12 @@ class WorkerSettings(EnvSettings):
         description="reuse the cost profile cached for this model, drafters, machine and code (under "
         "NIGHTJAR_CACHE) and measure it again when idle",
     )
+    profile_reps: int = Field(
+        default=5,
+        ge=1,
+        description="rounds of the startup cost profile over the batch sizes, the fastest of each point "
+        "kept, within the budget",
+    )
     profile_idle_s: float = Field(
         default=10.0, gt=0, description="seconds of idleness before a cached cost profile is measured again"
     )
@@ -122,6 +148,9 @@ class WorkerSettings(EnvSettings):
 
     @model_validator(mode="after")
     def _renew_below_claim(self) -> WorkerSettings:
+        renew_s, sweep_s = claim_timing(self.claim_idle_s)
+        self.renew_s = self.renew_s or renew_s
+        self.autoclaim_s = self.autoclaim_s or sweep_s
         if self.renew_s >= self.claim_idle_s:
             raise ValueError("renew_s must be below claim_idle_s, or running jobs get taken over")
         return self
@@ -129,7 +158,7 @@ class WorkerSettings(EnvSettings):
     def profiling(self) -> ProfileSettings:
         """What the startup profile measures, within ``profile_budget_s``, when ``profile``."""
         shape = self.profile_shape or ProfileSettings()
-        return replace(shape, enabled=self.profile, budget_s=self.profile_budget_s)
+        return replace(shape, enabled=self.profile, budget_s=self.profile_budget_s, reps=self.profile_reps)
 
     def model_path(self) -> str:
         """The model directory (the command line resolves an unset one before a worker starts)."""

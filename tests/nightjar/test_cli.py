@@ -185,6 +185,7 @@ def test_gateway_security_and_limit_flags(monkeypatch: pytest.MonkeyPatch) -> No
     s = _gateway_app(args, True).state.settings
     assert s.api_keys == ("k1", "k2") and s.rate_limit_rps == 5 and s.result_ttl_s == 3600
     assert s.max_body_bytes == 4 * 1024 * 1024 and s.request_timeout_s == 600
+    assert s.outage_grace_s == 30
     args = build_parser().parse_args(
         [
             "gateway",
@@ -202,9 +203,12 @@ def test_gateway_security_and_limit_flags(monkeypatch: pytest.MonkeyPatch) -> No
             "1000",
             "--max-concurrency",
             "10",
+            "--outage-grace",
+            "5",
         ]
     )
     s = _gateway_app(args, True).state.settings
+    assert s.outage_grace_s == 5
     assert s.api_keys == ("a", "b") and s.rate_limit_burst == 9 and s.request_timeout_s == 30
     assert (s.max_body_bytes, s.max_concurrency) == (1000, 10)
     monkeypatch.delenv("NIGHTJAR_API_KEYS")
@@ -225,6 +229,7 @@ def test_gateway_security_and_limit_flags(monkeypatch: pytest.MonkeyPatch) -> No
         ["gateway", "--request-timeout", "0"],
         ["gateway", "--rate-limit", "-1"],
         ["gateway", "--max-body-bytes", "0"],
+        ["gateway", "--outage-grace", "-1"],
     ],
 )
 def test_bad_gateway_limits_are_one_line_and_exit_2(

@@ -264,3 +264,27 @@ def test_the_monitoring_profile_scrapes_every_service() -> None:
         assert targets == [f"{name}:{port}"], (name, targets)
     gateway_port = services["gateway"]["ports"][0].split(":")[-1]
     assert "gateway:" + gateway_port in str(prom["scrape_configs"])
+
+
+@pytest.mark.anyio
+async def test_a_planner_serves_its_probes_beside_its_metrics(r: Any) -> None:
+    import anyio
+
+    from planner.service import PlannerService
+    from planner.settings import PlannerSettings
+
+    planner = PlannerService(PlannerSettings(metrics_port=0, block_ms=50), redis=r)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(planner.run)
+            while planner.metrics.http_server is None or planner.metrics.last is None:
+                await anyio.sleep(0.02)
+            port = planner.metrics.http_server.server_port
+            async with httpx.AsyncClient() as client:
+                ready = await client.get(f"http://127.0.0.1:{port}/health")
+                live = await client.get(f"http://127.0.0.1:{port}/health/live")
+            tg.cancel_scope.cancel()
+    assert ready.status_code == live.status_code == 200
+    assert ready.json()["policy"] == planner.settings.policy and ready.json()["version"] >= 1
+    planner._decided_at -= 3600  # a decide loop stuck for an hour
+    assert planner.health("/health/live")[0] == 503

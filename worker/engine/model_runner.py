@@ -55,6 +55,8 @@ class ModelRunner:
         self.config, self.block_size = config, block_size
         self.device, self.dtype = device, dtype
         self.model = DecoderModel(config, state, device, dtype)
+        if device.type == "cpu":
+            self.model.pack_weights()
         self.weight_bytes = self.model.weight_bytes()
         # GGUF blocks on CPU: attention row by row too, so a position's logits never depend
         # on the rows computed with it (the block kernel's products already do not).
