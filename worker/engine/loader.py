@@ -50,7 +50,7 @@ def load_engine(
     choice = weights_for(path, gguf_file, cfg.dtype, device.type)
     model_config, state = load_checkpoint(path, choice.gguf_file, native=choice.native)
     runner = ModelRunner(model_config, state, cfg.block_size, device, dtype, num_blocks=2)
-    weights = describe(state) if choice.native else str(dtype).removeprefix("torch.")
+    weights = (choice.native and describe(state)) or str(dtype).removeprefix("torch.")
     del state
     tokenizer = load_tokenizer(path, choice.gguf_file)
     models: list[tuple[str, ModelRunner]] = []

@@ -77,20 +77,25 @@ def test_weights_stay_blocks_and_compute_like_the_dequantised_model(
     llama_dir: Path, tmp_path: Path, qtype: Q
 ) -> None:
     """Every matrix is a QuantWeight of the file's type whose dequantisation equals
-    transformers' GGUF loader's fp32 tensor bit for bit (q/k rows put back in its order);
-    the logits equal that fp32 model's within 1e-5 of their largest magnitude."""
+    transformers' GGUF loader's fp32 tensor bit for bit (q/k rows put back in its order; an
+    all-F32 file's matrices are those tensors themselves); the logits equal that fp32 model's
+    within 1e-5 of their largest magnitude."""
     kquant = qtype in (Q.Q4_K, Q.Q6_K)
     model = AutoModelForCausalLM.from_config(LlamaConfig(**KQUANT)).eval() if kquant else hf_model(llama_dir)
     path = gguf_dir(model, tmp_path, qtype)
     config, state = load_gguf_native(path / f"tiny.{qtype.name}.gguf")
     ref_config, ref_state = load_checkpoint(path, f"tiny.{qtype.name}.gguf")  # transformers dequantises
     assert replace(config, torch_dtype="float32") == ref_config  # the loader's dtype, not the file's
-    matrices = {k: v for k, v in state.items() if isinstance(v, QuantWeight)}
+    matrices = {k: v for k, v in state.items() if k.endswith("weight") and "norm" not in k}
     assert len(matrices) == 1 + 7 * config.num_layers + (not config.tie_word_embeddings)
     for name, w in matrices.items():
-        assert w.type_name == qtype.name, name
         ref = ref_state[name]
         assert isinstance(ref, torch.Tensor)
+        if qtype == Q.F32:  # nothing to dequantise: plain fp32 tensors (the fused decode path)
+            assert isinstance(w, torch.Tensor), name
+            assert torch.equal(w.view(torch.int32), ref.view(torch.int32)), name
+            continue
+        assert isinstance(w, QuantWeight) and w.type_name == qtype.name, name
         assert torch.equal(w.dequantize().view(torch.int32), ref.view(torch.int32)), name
     ours, ref = logits(config, state), logits(ref_config, dict(ref_state))
     assert float((ours - ref).abs().max() / ref.abs().max()) <= 1e-5
@@ -173,3 +178,19 @@ def test_which_weights_a_directory_serves(
     monkeypatch.setattr(quant_linear, "available", lambda: False)  # no compiler, not x86-64
     assert weights_for(both) == weights_for(both, dtype="float32")
     assert not weights_for(alone).native and weights_for(alone).gguf_file == "tiny.Q4_0.gguf"
+
+
+def test_an_all_f32_file_takes_the_fused_fp32_path(llama_dir: Path, tmp_path: Path) -> None:
+    """Nothing to dequantise in an F32 file: its matrices are plain fp32 tensors, the fused C
+    decode path runs them, and it serves what the same weights as safetensors serve."""
+    from nj_kernels import cpu_decode
+
+    path = gguf_dir(hf_model(llama_dir), tmp_path, Q.F32)
+    engine = load_engine(path, num_blocks=8, block_size=8)
+    assert engine.weights == "float32" and not engine.runner.row_invariant
+    assert (engine.runner.model.fused_layers() is not None) == cpu_decode.available()
+    ref = load_engine(llama_dir, num_blocks=8, block_size=8)
+    a, _ = engine.runner.run([ForwardItem(IDS, 0, [0, 1, 2], len(IDS))])
+    b, _ = ref.runner.run([ForwardItem(IDS, 0, [0, 1, 2], len(IDS))])
+    assert torch.equal(a, b)  # the same bytes, the same path
+
