@@ -325,7 +325,14 @@ class LLMEngine(Engine):
         return touched, [self._resize(n) for n in resizes]
 
     def _add(self, req: EngineRequest) -> list[Sequence]:
-        seq = Sequence(req.request_id, list(req.prompt_token_ids), req.params, req.priority, req.arrival_time)
+        seq = Sequence(
+            req.request_id,
+            list(req.prompt_token_ids),
+            req.params,
+            req.priority,
+            req.arrival_time,
+            resumed=min(max(req.resumed, 0), len(req.prompt_token_ids)),
+        )
         if not seq.prompt_token_ids or req.request_id in self._seqs:
             seq.fail(
                 ErrorCode.BAD_REQUEST, "empty prompt" if not seq.prompt_token_ids else "duplicate request id"
