@@ -6,8 +6,8 @@ import torch
 from scipy.stats import chisquare
 
 from shared.schemas import SamplingParams
-from worker.engine.records import Candidate, Drafted
 from worker.engine.keyed import keyed_draw
+from worker.engine.records import Candidate, Drafted
 from worker.engine.sampler import filtered_probs, sample
 from worker.engine.scheduler import Scheduled
 from worker.engine.sequence import Sequence

@@ -1,0 +1,130 @@
+"""Keyed draws (worker/engine/keyed.py): Philox-4x32-10 against Random123's known answers, and
+the exponential race drawing exactly p — head tokens, the grouped tail and top-k zeros — with
+noise that depends on (seed, position, token) alone, and a coupling as good as Gumbel's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from worker.engine import keyed
+from worker.engine.keyed import MASK32, keyed_draw, philox4x32, round_keys, uniforms
+
+# Random123's kat_vectors for philox4x32_10: (counter, key) -> output.
+KAT = [
+    ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+    ((MASK32,) * 4, (MASK32, MASK32), (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+    (
+        (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
+        (0xA4093822, 0x299F31D0),
+        (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
+    ),
+]
+
+
+@pytest.mark.parametrize(("counter", "key", "expected"), KAT)
+def test_philox_matches_random123(
+    counter: tuple[int, ...], key: tuple[int, int], expected: tuple[int, ...]
+) -> None:
+    keys = torch.tensor(round_keys(key[0] | key[1] << 32)).view(-1, 1)
+    words = philox4x32(tuple(torch.tensor([c]) for c in counter), keys)  # type: ignore[arg-type]
+    assert tuple(int(w) for w in words) == expected
+
+
+def test_uniforms_are_a_function_of_seed_position_token_and_stream() -> None:
+    ids = torch.arange(64)
+    rows = torch.zeros(64, dtype=torch.long)
+    u = uniforms([7], [3], rows, ids, 1)
+    assert u.dtype == torch.float64 and bool(((u > 0) & (u < 1)).all())
+    assert torch.equal(u, uniforms([7], [3], rows, ids, 1))
+    # Element by element: the same token's uniform in any other company, in any order.
+    assert torch.equal(
+        uniforms([5, 7], [0, 3], torch.ones(3, dtype=torch.long), ids[[40, 2, 9]], 1), u[[40, 2, 9]]
+    )
+    for other in (
+        uniforms([8], [3], rows, ids, 1),
+        uniforms([7], [4], rows, ids, 1),
+        uniforms([7], [3], rows, ids, 2),
+    ):
+        assert not bool(torch.isclose(u, other).any())
+    # Seeds and positions use all their bits (a seed past 2^32, a position past 2^32).
+    big = uniforms([7 + 2**40, 7], [3, 3 + 2**33], torch.tensor([0, 1]), torch.tensor([0, 0]), 1)
+    assert float(big[0]) != float(u[0]) and float(big[1]) != float(u[0])
+
+
+def _chi2(draws: list[int], p: torch.Tensor) -> float:
+    observed = torch.bincount(torch.tensor(draws), minlength=p.numel()).double()
+    expected = p.double() * len(draws)
+    assert float(observed[p == 0].sum()) == 0, "a token of probability 0 was drawn"
+    small = (expected < 5) & (p > 0)  # pooled into one bin
+    obs = torch.cat([observed[expected >= 5], observed[small].sum().view(1)])
+    exp = torch.cat([expected[expected >= 5], expected[small].sum().view(1)])
+    if float(exp[-1]) == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    return float(chisquare(obs.numpy(), exp.numpy() * obs.sum().item() / exp.sum().item()).pvalue)
+
+
+def test_the_race_draws_exactly_p_head_and_tail(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row with 20 % of its mass spread thinly below the floor (the grouped tail: raised to
+    1e-3 here, so a small vocabulary has one), zeros (top-k) and head tokens: over 40,000
+    positions every head token's frequency is p's and the tail's tokens share its 20 % by p."""
+    monkeypatch.setattr(keyed, "HEAD_FLOOR", 1e-3)
+    p = torch.zeros(512)
+    p[:6] = torch.tensor([0.3, 0.2, 0.1, 0.1, 0.06, 0.04])
+    p[100:500] = 0.2 / 400  # 5e-4 each: the tail
+    p[300:400] *= 1.5
+    p[400:500] *= 0.5
+    n = 40_000
+    draws = keyed_draw(p.unsqueeze(0).expand(n, -1), [11] * n, list(range(n)))
+    assert 0.15 < sum(d >= 100 for d in draws) / n < 0.25  # the tail did win, now and then
+    # Tail tokens in 4 bins of 100 ids: 0.05, 0.05, 0.075, 0.025 of the mass.
+    binned = [d if d < 100 else 100 + (d - 100) // 100 for d in draws]
+    q = torch.zeros(104)
+    q[:6] = p[:6]
+    q[100:] = torch.tensor([0.05, 0.05, 0.075, 0.025])
+    assert _chi2(binned, q) > 1e-3
+
+
+def test_draws_at_neighbouring_positions_are_independent() -> None:
+    p = torch.tensor([0.4, 0.3, 0.2, 0.1])
+    n = 20_000
+    draws = keyed_draw(p.expand(2 * n, -1), [3] * 2 * n, list(range(2 * n)))
+    pairs = [draws[2 * i] * 4 + draws[2 * i + 1] for i in range(n)]
+    assert _chi2(pairs, (p.unsqueeze(1) * p.unsqueeze(0)).flatten()) > 1e-3
+
+
+def test_a_draw_depends_on_its_row_seed_and_position_only() -> None:
+    torch.manual_seed(0)
+    probs = torch.softmax(torch.randn(6, 500) * 3, -1)
+    seeds, positions = [1, 1, 2, 2, 3, 3], [0, 1, 0, 1, 0, 1]
+    together = keyed_draw(probs, seeds, positions)
+    alone = [
+        keyed_draw(probs[i : i + 1], [s], [t])[0]
+        for i, (s, t) in enumerate(zip(seeds, positions, strict=True))
+    ]
+    assert together == alone
+    assert keyed_draw(probs.flip(0), seeds[::-1], positions[::-1]) == together[::-1]
+    assert keyed_draw(torch.empty(0, 500), [], []) == []
+
+
+def test_the_coupling_agrees_as_gumbels_does() -> None:
+    """A drafter drawing with the target's noise proposes the target's token with probability
+    between (1 − TV)/(1 + TV) (Gumbel-max coupling's floor) and 1 − TV (any coupling's ceiling);
+    the same distribution, always."""
+    torch.manual_seed(1)
+    n = 6000
+    p = torch.softmax(torch.randn(60) * 2, -1)
+    q = torch.softmax(torch.log(p) + 0.7 * torch.randn(60), -1)
+    tv = 0.5 * float((p - q).abs().sum())
+    positions = list(range(n))
+    target = keyed_draw(p.expand(n, -1), [9] * n, positions)
+    assert keyed_draw(p.expand(n, -1), [9] * n, positions) == target
+    agree = (
+        sum(a == b for a, b in zip(target, keyed_draw(q.expand(n, -1), [9] * n, positions), strict=True)) / n
+    )
+    assert (1 - tv) / (1 + tv) - 0.03 < agree < 1 - tv + 0.03, (agree, tv)
+    # Seeds are streams of their own: another seed's draws agree only by chance.
+    other = keyed_draw(p.expand(n, -1), [10] * n, positions)
+    chance = float((p * p).sum())
+    assert abs(sum(a == b for a, b in zip(target, other, strict=True)) / n - chance) < 0.03
