@@ -11,13 +11,12 @@ target alone emits with that seed, at any γ, with any drafter, after a preempti
 
 The draw is the exponential race (Gumbel-max): token = argmin_v E_v / p_v with E_v ~ Exp(1)
 independent, which picks v with probability p_v exactly. E_v = −log U_v, and U_v comes from
-Philox-4x32-10 (Salmon et al., SC 2011; the generator of cuRAND and JAX), a counter-based
-generator: counter (v // 4, position, 0, stream), key = the seed's two 32-bit halves, word
-v % 4 of the output — computed in torch, vectorised over rows and token ids (no loop over
-the vocabulary), in int64 lanes holding 32-bit words (products split so nothing overflows),
-identical on any device. A drafter that draws with the same noise (``spec/model_drafter.py``,
-``spec/feature_drafter.py``) proposes the target's own token wherever their race has the same
-winner: a coupled draft.
+Philox-4x32-10 (nj_kernels/philox.py; the generator of cuRAND and JAX), a counter-based
+generator: counter (v // 4, position, stream), key = the seed, word v % 4 of the output —
+vectorised over rows and token ids (no loop over the vocabulary; torch ops on any device, one
+C call on the CPU, the same numbers). A drafter that draws with the same noise
+(``spec/model_drafter.py``, ``spec/feature_drafter.py``) proposes the target's own token
+wherever their race has the same winner: a coupled draft.
 
 Cost: only tokens of probability ≥ ``HEAD_FLOOR`` (2⁻²⁰) get their own clock; the rest of
 the row (the tail) races as one group — the earliest of independent clocks E_v / p_v over a
@@ -34,64 +33,11 @@ from __future__ import annotations
 
 import torch
 
-MASK32 = 0xFFFFFFFF
-_M0, _M1 = 0xD2511F53, 0xCD9E8D57  # Philox-4x32 multipliers
-_W0, _W1 = 0x9E3779B9, 0xBB67AE85  # its Weyl key increments
-ROUNDS = 10
+from nj_kernels.philox import uniforms
+
 HEAD_FLOOR = 2.0**-20  # tokens below this probability race as one group (see the module docstring)
-STREAM_TOKEN = 0x4E4A0001  # counter word 3 of a token's own clock
-STREAM_TAIL = 0x4E4A0002  # counter word 3 of the tail's two uniforms (its clock, its token)
-
-Words = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # Philox's four 32-bit words
-
-
-def _mulhilo(a: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """High and low 32 bits of ``a · m`` (a: int64 holding 32-bit words; m < 2³²) without
-    overflowing int64: a · m = p1 · 2¹⁶ + p0, both partial products below 2⁴⁸."""
-    p0 = a * (m & 0xFFFF)
-    t = a * (m >> 16)
-    t.add_(p0.bitwise_right_shift(16))
-    lo = t.bitwise_and(0xFFFF).bitwise_left_shift_(16).bitwise_or_(p0.bitwise_and_(0xFFFF))
-    return t.bitwise_right_shift_(16), lo
-
-
-def round_keys(seed: int, rounds: int = ROUNDS) -> list[int]:
-    """Philox's key schedule for one seed (< 2⁶⁴): the two key words of every round."""
-    k0, k1, out = seed & MASK32, (seed >> 32) & MASK32, []
-    for _ in range(rounds):
-        out += [k0, k1]
-        k0, k1 = (k0 + _W0) & MASK32, (k1 + _W1) & MASK32
-    return out
-
-
-def philox4x32(counter: Words, keys: torch.Tensor) -> Words:
-    """Philox-4x32 (Random123's ``philox4x32_R``, R = ``len(keys) // 2``) on int64 tensors of
-    32-bit words, element by element; ``keys [2R, ...]`` holds every round's two key words
-    (``round_keys``), broadcast against the counter words. ``tests/worker/engine/test_keyed.py``
-    checks Random123's known-answer vectors."""
-    c0, c1, c2, c3 = counter
-    for r in range(keys.shape[0] // 2):
-        hi0, lo0 = _mulhilo(c0, _M0)
-        hi1, lo1 = _mulhilo(c2, _M1)
-        c0 = hi1.bitwise_xor_(c1).bitwise_xor_(keys[2 * r])
-        c2 = hi0.bitwise_xor_(c3).bitwise_xor_(keys[2 * r + 1])
-        c1, c3 = lo1, lo0
-    return c0, c1, c2, c3
-
-
-def uniforms(
-    seeds: list[int], positions: list[int], rows: torch.Tensor, ids: torch.Tensor, stream: int
-) -> torch.Tensor:
-    """U(0, 1) in float64 (never 0 or 1), one per element of ``rows`` / ``ids`` (int64, one
-    shape): the uniform of token ``ids[e]`` at (``seeds[r]``, ``positions[r]``), r =
-    ``rows[e]`` — word ``id % 4`` of Philox at counter (id // 4, the position's low and high
-    halves, ``stream``), key = the seed (< 2⁶³; positions too)."""
-    dev = ids.device
-    keys = torch.tensor([round_keys(s) for s in seeds], dtype=torch.int64, device=dev).T[:, rows]
-    pos = torch.tensor(positions, dtype=torch.int64, device=dev)[rows]
-    words = philox4x32((ids >> 2, pos & MASK32, pos >> 32, torch.full_like(ids, stream)), keys)
-    word = torch.stack(words).gather(0, (ids & 3).unsqueeze(0)).squeeze(0)
-    return (word.double() + 0.5) * 2.0**-32
+STREAM_TOKEN = 0x4E4A0001  # Philox counter word 3 of a token's own clock
+STREAM_TAIL = 0x4E4A0002  # ... of the tail's two uniforms (its clock, its token)
 
 
 def keyed_draw(probs: torch.Tensor, seeds: list[int], positions: list[int]) -> list[int]:

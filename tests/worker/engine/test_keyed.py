@@ -1,6 +1,7 @@
-"""Keyed draws (worker/engine/keyed.py): Philox-4x32-10 against Random123's known answers, and
-the exponential race drawing exactly p — head tokens, the grouped tail and top-k zeros — with
-noise that depends on (seed, position, token) alone, and a coupling as good as Gumbel's."""
+"""Keyed draws (worker/engine/keyed.py): the exponential race draws exactly p — head tokens,
+the grouped tail and top-k zeros — with noise that depends on (seed, position, token) alone
+(nj_kernels/philox.py; its known answers are in tests/nj_kernels/test_philox.py), and couples
+two distributions as Gumbel-max does."""
 
 from __future__ import annotations
 
@@ -9,48 +10,7 @@ import torch
 from scipy.stats import chisquare
 
 from worker.engine import keyed
-from worker.engine.keyed import MASK32, keyed_draw, philox4x32, round_keys, uniforms
-
-# Random123's kat_vectors for philox4x32_10: (counter, key) -> output.
-KAT = [
-    ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
-    ((MASK32,) * 4, (MASK32, MASK32), (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
-    (
-        (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
-        (0xA4093822, 0x299F31D0),
-        (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
-    ),
-]
-
-
-@pytest.mark.parametrize(("counter", "key", "expected"), KAT)
-def test_philox_matches_random123(
-    counter: tuple[int, ...], key: tuple[int, int], expected: tuple[int, ...]
-) -> None:
-    keys = torch.tensor(round_keys(key[0] | key[1] << 32)).view(-1, 1)
-    words = philox4x32(tuple(torch.tensor([c]) for c in counter), keys)  # type: ignore[arg-type]
-    assert tuple(int(w) for w in words) == expected
-
-
-def test_uniforms_are_a_function_of_seed_position_token_and_stream() -> None:
-    ids = torch.arange(64)
-    rows = torch.zeros(64, dtype=torch.long)
-    u = uniforms([7], [3], rows, ids, 1)
-    assert u.dtype == torch.float64 and bool(((u > 0) & (u < 1)).all())
-    assert torch.equal(u, uniforms([7], [3], rows, ids, 1))
-    # Element by element: the same token's uniform in any other company, in any order.
-    assert torch.equal(
-        uniforms([5, 7], [0, 3], torch.ones(3, dtype=torch.long), ids[[40, 2, 9]], 1), u[[40, 2, 9]]
-    )
-    for other in (
-        uniforms([8], [3], rows, ids, 1),
-        uniforms([7], [4], rows, ids, 1),
-        uniforms([7], [3], rows, ids, 2),
-    ):
-        assert not bool(torch.isclose(u, other).any())
-    # Seeds and positions use all their bits (a seed past 2^32, a position past 2^32).
-    big = uniforms([7 + 2**40, 7], [3, 3 + 2**33], torch.tensor([0, 1]), torch.tensor([0, 0]), 1)
-    assert float(big[0]) != float(u[0]) and float(big[1]) != float(u[0])
+from worker.engine.keyed import keyed_draw
 
 
 def _chi2(draws: list[int], p: torch.Tensor) -> float:

@@ -45,8 +45,8 @@ def drafter(target: Path, head_dir: Path, **kw: int) -> FeatureDrafter:
     return FeatureDrafter("fd", runner, **kw)
 
 
-def seq(tokens: list[int], sid: str = "a", temperature: float = 0.0) -> Sequence:
-    return Sequence(sid, list(tokens), SamplingParams(temperature=temperature, seed=1))
+def seq(tokens: list[int], sid: str = "a", temperature: float = 0.0, seed: int | None = 1) -> Sequence:
+    return Sequence(sid, list(tokens), SamplingParams(temperature=temperature, seed=seed))
 
 
 def test_drafts_equal_the_training_head(target_dir: Path, tmp_path: Path) -> None:
@@ -107,11 +107,16 @@ def test_catch_up_and_prefix_start(target_dir: Path, tmp_path: Path) -> None:
 
 
 def test_sampled_drafts_carry_q_over_the_drafters_vocabulary(target_dir: Path, tmp_path: Path) -> None:
+    """Unseeded: q for rejection sampling. Seeded: keyed draws from the same vocabulary, no q."""
     head_dir, head = make_head(target_dir, tmp_path / "head", seed=2)
     tokens = torch.randint(3, 300, (20,), generator=torch.Generator().manual_seed(2)).tolist()
     feats = target_features(target_dir, tokens)
     d = drafter(target_dir, head_dir)
-    s = seq(tokens[:12], temperature=0.8)
+    d.observe("k", 0, feats[:11])
+    keyed = d.propose([seq(tokens[:12], "k", temperature=0.8)], [3])
+    assert keyed.probs[0] is None and len(keyed.tokens[0]) == 3
+    assert set(keyed.tokens[0]) <= set(head.vocab_ids.tolist())
+    s = seq(tokens[:12], temperature=0.8, seed=None)
     d.observe("a", 0, feats[:11])
     prop = d.propose([s], [3])
     q = prop.probs[0]
