@@ -9,8 +9,14 @@ unseeded (drafts from the request's generator, rejection sampling). Per configur
 the acceptance at draft position j given the drafts before it were accepted (the engine's
 ``accepted_per_pos``), α = accepted / judged drafts (up to and including the first rejected
 one, as the engine reports it), and tokens per verification (accepted + 1 per verified
-sequence). Both schemes see different texts (each is its own sample), so α carries sampling
-noise: the tables give the verifications counted.
+sequence). Both schemes see different texts (each is its own sample), so these α carry the
+noise of 32-odd texts.
+
+Paired, the same contexts for both: in the seeded run, at every draft position a verification
+reached (the drafts before it accepted), the keyed draft's acceptance (0 or 1) and what
+rejection sampling would accept there in expectation, Σ_x min(p, q) — p the target's warped
+row, q the drafter's, on the very same prefix. Their conditional rates α_j give
+E = 1 + Σ_j Π_{i≤j} α_i for either scheme on one set of texts.
 
 Cost (``--cost-batches``): the same prompts at temperature 1, seeded against unseeded, with
 γ = 0 and with the first drafter at γ = 2, rounds alternating so a noisy machine slows both
@@ -27,6 +33,8 @@ import itertools
 import json
 import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +47,10 @@ from shared.schemas import SamplingParams
 from worker.engine.api import EngineRequest
 from worker.engine.engine import LLMEngine
 from worker.engine.loader import load_engine
+from worker.engine.records import Verified
+from worker.engine.spec.drafter import Drafter
+from worker.engine.spec.speculator import Feedback
+from worker.engine.spec.verify import overlap
 
 _versions = itertools.count(1)
 SCHEMES = ("keyed", "rejection")
@@ -83,6 +95,59 @@ class Tally:
         }
 
 
+@dataclass
+class Paired:
+    """Per draft position of the seeded run's verifications: the positions reached, the keyed
+    drafts accepted there, and rejection sampling's expected acceptance on the same rows."""
+
+    reached: list[int] = field(default_factory=list)
+    keyed: list[int] = field(default_factory=list)
+    rejection: list[float] = field(default_factory=list)
+
+    def observe(self, verified: list[Verified]) -> None:
+        for v in verified:
+            d = v.drafted
+            if d is None or not d.tokens or not v.seq.keyed or d.q is None or v.p is None:
+                continue
+            accepted = len(v.emitted) - 1
+            for j in range(min(accepted + 1, len(d.tokens))):
+                if j == len(self.reached):
+                    self.reached.append(0)
+                    self.keyed.append(0)
+                    self.rejection.append(0.0)
+                self.reached[j] += 1
+                self.keyed[j] += j < accepted
+                self.rejection[j] += float(overlap(v.p[j : j + 1], d.q[j : j + 1]))
+
+    def rates(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, hits in (("keyed", self.keyed), ("rejection", self.rejection)):
+            alpha = [h / n if n else 0.0 for h, n in zip(hits, self.reached, strict=True)]
+            run, e = 1.0, 1.0
+            for a in alpha:
+                run *= a
+                e += run
+            out[name] = {"alpha_per_pos": alpha, "tokens_per_verify": e}
+        out["first_positions"] = self.reached[0] if self.reached else 0
+        return out
+
+
+@contextmanager
+def watching(engine: LLMEngine, paired: Paired) -> Iterator[None]:
+    """Hand every step's verified sequences to ``paired`` (through the speculator's feedback)."""
+    feedback = engine.spec.feedback
+
+    def watched(drafter: Drafter | None, verified: list[Verified]) -> Feedback:
+        paired.observe(verified)
+        return feedback(drafter, verified)
+
+    engine.spec.feedback = watched  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        engine.spec.feedback = feedback  # type: ignore[method-assign]
+
+
 def decide(engine: LLMEngine, gamma: int, drafter: str | None) -> None:
     engine.apply_decision(
         Decision(
@@ -120,15 +185,22 @@ def acceptance(engine: LLMEngine, prompts: list[list[int]], args: argparse.Names
             continue
         for temp in args.temperatures:
             for gamma in args.gammas:
+                paired = Paired()
                 for scheme in SCHEMES:
                     decide(engine, gamma, name)
                     tally = Tally(name, temp, gamma, scheme)
                     params = SamplingParams(max_tokens=args.max_tokens, temperature=temp)
-                    stats, tally.tokens = generate(
-                        engine, prompts, args.batch, params, scheme == "keyed", f"{name}{temp}{gamma}{scheme}"
-                    )
+                    with watching(engine, paired):
+                        stats, tally.tokens = generate(
+                            engine,
+                            prompts,
+                            args.batch,
+                            params,
+                            scheme == "keyed",
+                            f"{name}{temp}{gamma}{scheme}",
+                        )
                     tally.add(stats)
-                    rows.append(tally.row())
+                    rows.append(tally.row() | ({"paired": paired.rates()} if scheme == "keyed" else {}))
                     print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -174,6 +246,22 @@ def tables(rows: list[dict[str, Any]], costs: list[dict[str, Any]]) -> str:
             f"| {r['drafter']} | {r['temperature']} | {r['gamma']} | {r['scheme']} | {r['verifications']} | "
             f"{per} | {r['alpha']:.3f} | {r['tokens_per_verify']:.3f} |"
         )
+    paired = [r for r in rows if "paired" in r]
+    if paired:
+        lines += [
+            "",
+            "| drafter | T | γ | positions | keyed α_j | rejection α_j (Σ min) | keyed E | rejection E |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in paired:
+            k, j = r["paired"]["keyed"], r["paired"]["rejection"]
+            lines.append(
+                f"| {r['drafter']} | {r['temperature']} | {r['gamma']} | {r['paired']['first_positions']} | "
+                + " / ".join(f"{a:.3f}" for a in k["alpha_per_pos"])
+                + " | "
+                + " / ".join(f"{a:.3f}" for a in j["alpha_per_pos"])
+                + f" | {k['tokens_per_verify']:.3f} | {j['tokens_per_verify']:.3f} |"
+            )
     if costs:
         lines += [
             "",

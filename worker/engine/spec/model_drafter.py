@@ -10,8 +10,10 @@ Drafts are argmax for greedy sequences. A seeded sampled sequence's draft is the
 (keyed.py) from the drafter's warped distribution (``sampler.filtered_probs``, the same
 warping as the target's) with the noise of the draft's output position, the noise the target
 draws that position with: a coupled draft, the target's own token wherever the two races have
-the same winner (no q: its verification compares tokens). An unseeded one draws with the
-sequence's own generator, and the draw's probabilities go to rejection sampling as q.
+the same winner (its verification compares tokens). An unseeded one draws with the sequence's
+own generator, and the draw's probabilities go to rejection sampling as q. Both keep q (a view
+of rows computed anyway): benchmarks/seeded_bench.py measures on it what rejection sampling
+would have accepted of a seeded sequence's drafts.
 """
 
 from __future__ import annotations
@@ -193,8 +195,8 @@ class ModelDrafter(Drafter):
 def _draws(
     seqs: list[Sequence], logits: torch.Tensor, positions: list[int], tokens: list[int]
 ) -> tuple[list[int], list[torch.Tensor | None]]:
-    """``tokens`` (the greedy picks) with every sampled row's draw in its place, and q for the
-    rows rejection sampling verifies (unseeded ones). ``logits`` span the full vocabulary."""
+    """``tokens`` (the greedy picks) with every sampled row's draw in its place, and q for
+    every sampled row. ``logits`` span the full vocabulary."""
     q: list[torch.Tensor | None] = [None] * len(seqs)
     sampled = [i for i, s in enumerate(seqs) if not s.params.greedy]
     if sampled:
@@ -207,5 +209,5 @@ def _draws(
         )
         for row, (i, tok) in enumerate(zip(sampled, picked, strict=True)):
             tokens[i] = tok
-            q[i] = None if seqs[i].keyed else probs[row]
+            q[i] = probs[row]
     return tokens, q

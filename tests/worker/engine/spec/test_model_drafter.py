@@ -83,7 +83,7 @@ def test_a_full_pool_drops_only_the_sequence_that_does_not_fit(spec_models: dict
 
 def test_sampled_drafts_come_with_their_distribution(spec_models: dict[str, Path]) -> None:
     """Unseeded: drawn with the request's generator, q for rejection sampling. Seeded: the
-    keyed draw at each draft's output position (the target's noise there), no q."""
+    keyed draw from q at each draft's output position (the target's noise there)."""
     drafter = make_drafter(spec_models["rand-a"])
     params = SamplingParams(temperature=0.8, top_k=5)
     s = seq("x", PROMPTS[4], params)
@@ -96,7 +96,9 @@ def test_sampled_drafts_come_with_their_distribution(spec_models: dict[str, Path
     runs = []
     for name in ("y", "z"):
         keyed = drafter.propose([seq(name, PROMPTS[4], seeded)], [4])
-        assert keyed.probs[0] is None
+        kq = keyed.probs[0]
+        assert kq is not None and kq.shape == (4, 96)
+        assert keyed.tokens[0] == keyed_draw(kq, [3] * 4, [0, 1, 2, 3])
         runs.append(keyed.tokens[0])
     assert runs[0] == runs[1]
     # Each is the drafter's own keyed draw at output positions 0, 1, ... after its drafts.
