@@ -18,7 +18,7 @@ rejection sampling would accept there in expectation, Σ_x min(p, q) — p the t
 row, q the drafter's, on the very same prefix. Their conditional rates α_j give
 E = 1 + Σ_j Π_{i≤j} α_i for either scheme on one set of texts.
 
-Cost (``--cost-batches``): the same prompts at temperature 1, seeded against unseeded, with
+Cost (``--cost-batches``): the same prompts at temperature 1 (EOS ignored), seeded against unseeded, with
 γ = 0 and with the first drafter at γ = 2, rounds alternating so a noisy machine slows both
 alike; the median time of a decode step (no prefill in it) and its ratio.
 
@@ -46,6 +46,7 @@ from shared.control import ALL_BATCHES, Decision, StepStats
 from shared.schemas import SamplingParams
 from worker.engine.api import EngineRequest
 from worker.engine.engine import LLMEngine
+from worker.engine.keyed import keyed_draw
 from worker.engine.loader import load_engine
 from worker.engine.records import Verified
 from worker.engine.spec.drafter import Drafter
@@ -103,12 +104,21 @@ class Paired:
     reached: list[int] = field(default_factory=list)
     keyed: list[int] = field(default_factory=list)
     rejection: list[float] = field(default_factory=list)
+    # Other draft rules at each verification's first draft position, on the same noise:
+    # q sharpened to q^β before the keyed draw (β = ∞: q's mode) → drafts the target kept.
+    betas: tuple[float, ...] = ()
+    first: dict[float, int] = field(default_factory=dict)
 
     def observe(self, verified: list[Verified]) -> None:
+        rows, seeds, positions, kept = [], [], [], []
         for v in verified:
             d = v.drafted
             if d is None or not d.tokens or not v.seq.keyed or d.q is None or v.p is None:
                 continue
+            rows.append(d.q[:1])
+            seeds.append(v.seq.params.seed or 0)
+            positions.append(v.seq.position(d.start))
+            kept.append(v.emitted[0])
             accepted = len(v.emitted) - 1
             for j in range(min(accepted + 1, len(d.tokens))):
                 if j == len(self.reached):
@@ -118,6 +128,17 @@ class Paired:
                 self.reached[j] += 1
                 self.keyed[j] += j < accepted
                 self.rejection[j] += float(overlap(v.p[j : j + 1], d.q[j : j + 1]))
+        if rows and self.betas:
+            q = torch.cat(rows).double()
+            for beta in self.betas:
+                if beta == float("inf"):
+                    drafts = q.argmax(-1).tolist()
+                else:
+                    sharp = q.pow(beta)
+                    drafts = keyed_draw(sharp / sharp.sum(-1, keepdim=True), seeds, positions)
+                self.first[beta] = self.first.get(beta, 0) + sum(
+                    a == b for a, b in zip(drafts, kept, strict=True)
+                )
 
     def rates(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -129,6 +150,8 @@ class Paired:
                 e += run
             out[name] = {"alpha_per_pos": alpha, "tokens_per_verify": e}
         out["first_positions"] = self.reached[0] if self.reached else 0
+        if self.first and self.reached:
+            out["first_by_beta"] = {str(b): n / self.reached[0] for b, n in self.first.items()}
         return out
 
 
@@ -185,8 +208,8 @@ def acceptance(engine: LLMEngine, prompts: list[list[int]], args: argparse.Names
             continue
         for temp in args.temperatures:
             for gamma in args.gammas:
-                paired = Paired()
-                for scheme in SCHEMES:
+                paired = Paired(betas=tuple(args.sharpen))
+                for scheme in args.schemes:
                     decide(engine, gamma, name)
                     tally = Tally(name, temp, gamma, scheme)
                     params = SamplingParams(max_tokens=args.max_tokens, temperature=temp)
@@ -207,7 +230,7 @@ def acceptance(engine: LLMEngine, prompts: list[list[int]], args: argparse.Names
 
 def cost(engine: LLMEngine, prompts: list[list[int]], args: argparse.Namespace) -> list[dict[str, Any]]:
     drafter = next(n for n in engine.drafter_names if n != "ngram")
-    params = SamplingParams(max_tokens=args.max_tokens, temperature=1.0)
+    params = SamplingParams(max_tokens=args.max_tokens, temperature=1.0, ignore_eos=True)  # equal lengths
     out = []
     for batch in args.cost_batches:
         configs = [(g, d, s) for g, d in ((0, None), (2, drafter)) for s in SCHEMES]
@@ -296,6 +319,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cost-batches", type=lambda s: [int(x) for x in s.split(",") if x], default=[])
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds of the cost measurement")
     p.add_argument("--skip-acceptance", action="store_true")
+    p.add_argument("--schemes", type=lambda s: s.split(","), default=list(SCHEMES), help="keyed,rejection")
+    p.add_argument(
+        "--sharpen",
+        type=lambda s: [float(x) for x in s.split(",") if x],
+        default=[],
+        help="also score these β at the first draft position: a keyed draw from q^β (inf: q's mode)",
+    )
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0, help="which prompts")
     p.add_argument("--json", default=None)

@@ -10,10 +10,11 @@ row's seed, and its uniform is word ``id & 3`` of the output, (w + 0.5) / 2³² 
 ``uniforms_torch`` is the reference: torch ops on int64 tensors holding 32-bit words
 (products split so nothing overflows), any device, vectorised over every element. It costs
 ~250 small ops a call, which on a CPU is 0.5-2 ms whatever the size — most of a step of a
-small model — so on the CPU ``philox.c`` computes the same numbers in one call (compiled on
-first use like ``skinny_linear.c``, see cpu_linear.py; ``NIGHTJAR_PHILOX_KERNEL=off`` or no
-compiler: the torch path). ``tests/nj_kernels/test_philox.py`` checks Random123's
-known-answer vectors and that both paths agree bit for bit.
+small model — so on the CPU ``philox.c`` computes the same numbers in one call, and the whole
+keyed draw of worker/engine/keyed.py too (``keyed_draw``): compiled on first use like
+``skinny_linear.c`` (cpu_linear.py); ``NIGHTJAR_PHILOX_KERNEL=off`` or no compiler: the torch
+path. ``tests/nj_kernels/test_philox.py`` checks Random123's known-answer vectors and that
+both paths agree bit for bit; tests/worker/engine/test_keyed.py, that both draw alike.
 """
 
 from __future__ import annotations
@@ -114,6 +115,33 @@ def uniforms(
     return out
 
 
+def keyed_draw(
+    probs: torch.Tensor,
+    seeds: list[int],
+    positions: list[int],
+    head_floor: float,
+    streams: tuple[int, int],
+) -> list[int] | None:
+    """worker/engine/keyed.py's draw of every row of ``probs [N, V]`` in one call of the
+    kernel (``streams``: the token clocks' and the tail's counter spaces), or None where the
+    kernel does not apply (not on the CPU, or not built): the caller takes the torch path."""
+    lib = _load() if _enabled and probs.device.type == "cpu" else None
+    if lib is None:
+        return None
+    n, vocab = probs.shape
+    if len(seeds) != n or len(positions) != n:
+        raise ValueError("keyed_draw: one seed and one position per row")
+    rows = probs.float().contiguous()
+    seed_t = torch.tensor(seeds, dtype=torch.int64)
+    pos_t = torch.tensor(positions, dtype=torch.int64)
+    out = torch.empty(n, dtype=torch.int64)
+    lib.nj_keyed_draw(
+        rows.data_ptr(), n, vocab, vocab, seed_t.data_ptr(), pos_t.data_ptr(), head_floor,
+        streams[0], streams[1], ROUNDS, out.data_ptr(),
+    )  # fmt: skip
+    return out.tolist()
+
+
 def set_enabled(flag: bool) -> None:
     """Use the kernel where it builds (True) or always the torch path (tests compare both)."""
     global _enabled
@@ -165,5 +193,10 @@ def _load() -> ctypes.CDLL | None:
     fn = lib.nj_philox_uniforms
     fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64, ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p]
     fn.restype = None
+    draw = lib.nj_keyed_draw
+    draw.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    draw.argtypes += [ctypes.c_void_p, ctypes.c_double, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32]
+    draw.argtypes += [ctypes.c_void_p]
+    draw.restype = None
     _lib = lib
     return lib

@@ -5,12 +5,15 @@ two distributions as Gumbel-max does."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 from scipy.stats import chisquare
 
+from nj_kernels import philox
 from worker.engine import keyed
-from worker.engine.keyed import keyed_draw
+from worker.engine.keyed import keyed_draw, keyed_draw_torch
 
 
 def _chi2(draws: list[int], p: torch.Tensor) -> float:
@@ -25,7 +28,17 @@ def _chi2(draws: list[int], p: torch.Tensor) -> float:
     return float(chisquare(obs.numpy(), exp.numpy() * obs.sum().item() / exp.sum().item()).pvalue)
 
 
-def test_the_race_draws_exactly_p_head_and_tail(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(params=["kernel", "torch"])
+def path(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each draw through the C kernel (where it builds) and through the torch reference."""
+    if request.param == "kernel" and not philox.available():
+        pytest.skip("needs a C compiler")
+    philox.set_enabled(request.param == "kernel")
+    yield request.param
+    philox.set_enabled(True)
+
+
+def test_the_race_draws_exactly_p_head_and_tail(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
     """A row with 20 % of its mass spread thinly below the floor (the grouped tail: raised to
     1e-3 here, so a small vocabulary has one), zeros (top-k) and head tokens: over 40,000
     positions every head token's frequency is p's and the tail's tokens share its 20 % by p."""
@@ -88,3 +101,20 @@ def test_the_coupling_agrees_as_gumbels_does() -> None:
     other = keyed_draw(p.expand(n, -1), [10] * n, positions)
     chance = float((p * p).sum())
     assert abs(sum(a == b for a, b in zip(target, other, strict=True)) / n - chance) < 0.03
+
+
+@pytest.mark.skipif(not philox.available(), reason="needs a C compiler")
+def test_the_kernel_draws_what_the_torch_reference_draws(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows with a grouped tail that wins now and then (the floor raised to 2e-3), top-k zeros,
+    peaked and flat rows, seeds and positions past 2³²: the same token from both paths."""
+    monkeypatch.setattr(keyed, "HEAD_FLOOR", 2e-3)
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(3000, 700, generator=g) * torch.tensor([0.5, 2.0, 4.0]).repeat(1000).unsqueeze(1)
+    logits[::5, 300:] = float("-inf")  # zeros, as top-k leaves them
+    probs = torch.softmax(logits, -1)
+    seeds = torch.randint(0, 2**62, (3000,), generator=g).tolist()
+    positions = [i * 7919 + (2**33 if i % 7 == 0 else 0) for i in range(3000)]
+    kernel = keyed_draw(probs, seeds, positions)
+    assert kernel == keyed_draw_torch(probs, seeds, positions)
+    tail = (probs < 2e-3) & (probs > 0)
+    assert 0 < sum(bool(tail[i, t]) for i, t in enumerate(kernel)) < 3000  # the tail won sometimes
