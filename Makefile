@@ -29,9 +29,9 @@ run: install
 test: install $(SMOLLM2)
 	$(VENV)/bin/pytest -q --durations=15
 
-# The unit tests, in under 3 minutes: no model training, no real-Redis or chaos process tests,
-# no SmolLM2 (so no export first). Markers in pyproject.toml; prints the 15 slowest too.
-FAST := not redis and not slow and not chaos and not train and not smollm2
+# The unit tests, in under 3 minutes: no model training, no real-Redis, chaos, Redis Cluster or
+# Sentinel process tests, no SmolLM2 (so no export first). Markers in pyproject.toml; prints the 15 slowest too.
+FAST := not redis and not slow and not chaos and not cluster and not train and not smollm2
 
 test-fast: install
 	$(VENV)/bin/pytest -q -m "$(FAST)" --durations=15

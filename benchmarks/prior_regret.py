@@ -31,7 +31,7 @@ def main() -> None:
             bins = 0
             for seed in range(args.seeds):
                 world = WORLDS[name]()
-                pol = registry.create("nightjar", seed=seed, offload=False, drafter_policy="fixed")
+                pol = registry.create("bandit", seed=seed, offload=False, drafter_policy="fixed")
                 if prior:
                     pol.use_profile(world.curves.to_profile())
                 trace = Runner(pol, SimWorker(world, seed=seed)).run(4 * args.steps)

@@ -106,7 +106,9 @@ class Admission:
         """The script's call queued in ``pipe`` by its digest (``parse`` reads its reply; a
         NOSCRIPT error reply means Redis does not hold the script yet: ``submit`` loads it)."""
         script_keys, args = _call(job, max_queue=max_queue, ttl_s=ttl_s, owner=owner, fingerprint=fingerprint)
-        pipe.evalsha(self.sha, len(script_keys), *script_keys, *args)
+        # execute_command, not ``pipe.evalsha``: redis-py's cluster pipeline blocks the
+        # latter by name, yet routes an EVALSHA by its keys (one slot) like any command.
+        pipe.execute_command("EVALSHA", self.sha, len(script_keys), *script_keys, *args)
 
 
 def _call(

@@ -1,4 +1,5 @@
-"""The gateway application: job API, OpenAI-compatible routes, admin, health. No model here.
+"""The gateway application: job API, OpenAI-compatible routes, admin, health, the chat page.
+No model here.
 
 Middleware, outermost first: ``CatchAll`` (no plain-text 500), ``Limits`` (requests in
 flight, body size and deadlines), ``Guard`` (API keys and rate limits of /v1).
@@ -14,7 +15,7 @@ import anyio
 import redis.asyncio as aioredis
 from fastapi import FastAPI
 
-from gateway import errors, health, routes_admin, routes_batches, routes_jobs, routes_openai, webhooks
+from gateway import errors, health, routes_admin, routes_batches, routes_jobs, routes_openai, ui, webhooks
 from gateway.auth import Guard
 from gateway.limits import Limits
 from gateway.settings import GatewaySettings
@@ -51,6 +52,7 @@ def create_app(settings: GatewaySettings, redis: aioredis.Redis | None = None) -
     app.include_router(routes_openai.router)
     app.include_router(routes_batches.router)
     app.include_router(routes_admin.router)
+    app.include_router(ui.router)  # the chat page (gateway/ui.py)
     # add_middleware wraps what is there: the last added runs first.
     app.add_middleware(Guard, settings=settings)
     app.add_middleware(Limits, settings=settings)

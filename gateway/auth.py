@@ -1,4 +1,5 @@
-"""API keys and per-key request rates for every /v1 route (an ASGI middleware).
+"""API keys and per-key request rates for every /v1 route and the chat page's /ui/api (an
+ASGI middleware).
 
 With keys configured (``GatewaySettings.api_keys``: ``--api-key``, ``NIGHTJAR_API_KEYS``)
 each /v1 request needs ``Authorization: Bearer <key>`` (else 401 ``unauthorized``). The
@@ -26,7 +27,7 @@ from gateway.errors import APIError, send_error
 from gateway.settings import GatewaySettings
 from shared.errors import ErrorCode
 
-GUARDED_PREFIX = "/v1"
+GUARDED_PREFIXES = ("/v1", "/ui/api")  # the API, and the chat page's data (its files stay open)
 MAX_BUCKETS = 100_000  # identities remembered; the least recently seen are forgotten first
 
 
@@ -75,7 +76,8 @@ class Guard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = str(scope.get("path", ""))
-        if scope["type"] != "http" or not (path == GUARDED_PREFIX or path.startswith(GUARDED_PREFIX + "/")):
+        guarded = any(path == p or path.startswith(p + "/") for p in GUARDED_PREFIXES)
+        if scope["type"] != "http" or not guarded:
             await self.app(scope, receive, send)
             return
         who = ""

@@ -37,7 +37,6 @@ RETRY_AFTER_S = {
     ErrorCode.QUEUE_FULL: 1,
     ErrorCode.RATE_LIMITED: 1,
     ErrorCode.UNAVAILABLE: 2,
-    ErrorCode.ADMIN_DISABLED: 60,
 }
 
 

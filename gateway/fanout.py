@@ -1,16 +1,17 @@
 """Following a request whose choices are several jobs (``n`` > 1, a list of prompts).
 
 Each choice is one job; the answer gathers them in choice order. The same promises as a
-single job's (gateway/follow.py): a client that leaves, or a deadline that passes, cancels
-every unfinished job; a stream's headers wait for the first event, so a refused request is
+single job's (gateway/follow.py): a client that leaves, a deadline that passes, or a Redis
+outage longer than the grace period cancels every unfinished job (a shorter one is ridden
+out); a stream's headers wait for the first event, so a refused request is
 a 4xx JSON error; a choice that fails ends the request with its error (the others are
 cancelled); every stream ends with ``data: [DONE]``.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 import anyio
@@ -19,9 +20,10 @@ from fastapi.responses import JSONResponse, Response
 from redis.exceptions import RedisError
 
 from gateway import sse
-from gateway.errors import APIError, error_body, error_status, store_down
-from gateway.follow import ClientGone, _error_response, _race, _timeout, cancel_quietly
+from gateway.errors import APIError, error_body, error_status
+from gateway.follow import ClientGone, _error_response, _race, _timeout, cancel_quietly, outage_error
 from gateway.metrics import EventTap
+from gateway.outage import Outage
 from gateway.responses import ResponseBuilder
 from gateway.store import JobStore
 from shared import codec, keys
@@ -38,63 +40,101 @@ async def choice_events(
     """The events of several jobs of one model (a request's choices) as they come, as
     (choice index, event), in one XREAD over their streams; each job's stream ends with
     its final event (from the record when the stream expired). Yields None whenever
-    ``block_s`` passes without an event, and by ``until`` at the latest."""
+    ``block_s`` passes without an event, and by ``until`` at the latest. Rides out a Redis
+    outage of up to the grace period, resuming after the last event of each choice
+    (gateway/outage.py); a longer one raises its Redis error."""
     tap = EventTap(store)  # request metrics (gateway/metrics.py)
+    what = f"job {job_ids[0]} and its other choices"
+    with Outage(store.settings.outage_grace_s, what, store.outages) as outage:
+        async for ev in _choice_events(store, job_ids, block_s, until, tap, outage):
+            yield ev
+
+
+async def _choice_events(
+    store: JobStore, job_ids: list[str], block_s: float, until: float | None, tap: EventTap, outage: Outage
+) -> AsyncIterator[tuple[int, Message] | None]:
     open_: dict[str, int] = {}
     for i, j in enumerate(job_ids):
-        m = await store.model_of(j)
+        m = await outage.ride(partial(store.model_of, j))
         if m is None:
             yield i, ErrorEvent(job_id=j, code=ErrorCode.JOB_NOT_FOUND.value, message=f"no job {j}")
             continue
         open_[keys.job_events(m, j)] = i
     cursors = dict.fromkeys(open_, "0-0")
+    quiet_since = anyio.current_time()
     while open_:
         wait_s = block_s if until is None else min(block_s, until - anyio.current_time())
-        resp = await store.r.xread(
-            {s: cursors[s] for s in open_}, count=256, block=max(1, int(wait_s * 1000))
-        )
-        got = _by_stream(resp)
-        if not got:
-            for stream, i in list(open_.items()):
-                if await store.ended(job_ids[i]):
-                    # One non-blocking read more: the final event may have just landed.
-                    rest = await store.r.xrange(stream, min="(" + cursors[stream], max="+")
-                    for rest_id, fields in rest or []:
-                        with contextlib.suppress(codec.CodecError):
-                            msg = codec.from_entry(dict(fields or {}))
-                            await tap.see(job_ids[i], id_str(rest_id), msg)
-                            yield i, msg
-                            if isinstance(msg, FinishEvent | ErrorEvent):
-                                break
-                    else:
-                        final = await store.result(job_ids[i])
-                        yield (
-                            i,
-                            final
-                            or ErrorEvent(
-                                job_id=job_ids[i],
-                                code=ErrorCode.INTERNAL.value,
-                                message="the job ended without a result",
-                            ),
-                        )
-                    del open_[stream]
-            yield None
+        try:
+            got = await _next(store, job_ids, open_, cursors, max(1, int(wait_s * 1000)))
+        except (RedisError, OSError) as exc:
+            wait = outage.failed(exc)  # raises past the grace period
+            if outage.keepalive_due(quiet_since, block_s, until):
+                quiet_since = anyio.current_time()
+                yield None
+            await anyio.sleep(wait)
             continue
-        for stream, items in got:
-            if stream not in open_:
-                continue
+        outage.recovered()
+        quiet_since = anyio.current_time()
+        if not got:
+            yield None
+        for stream, entry_id, msg in got:  # (read whole before any is yielded: nothing half-done)
             i = open_[stream]
-            for entry_id, fields in items:
-                cursors[stream] = id_str(entry_id)
-                try:
-                    msg = codec.from_entry(fields)
-                except codec.CodecError:
-                    continue
-                await tap.see(job_ids[i], cursors[stream], msg)
-                yield i, msg
-                if isinstance(msg, FinishEvent | ErrorEvent):
-                    del open_[stream]
-                    break
+            if entry_id is not None:
+                cursors[stream] = entry_id
+            if msg is None:
+                continue  # not ours to judge; the worker wrote it
+            if entry_id is not None:
+                await tap.see(job_ids[i], entry_id, msg)
+            yield i, msg
+            if isinstance(msg, FinishEvent | ErrorEvent):
+                del open_[stream]
+
+
+async def _next(
+    store: JobStore, job_ids: list[str], open_: dict[str, int], cursors: dict[str, str], block_ms: int
+) -> list[tuple[str, str | None, Message | None]]:
+    """The next entries of the open streams as (stream, entry id, event or None when it does
+    not decode), each stream's up to its final event; empty when ``block_ms`` passed without
+    one. A stream whose job is over without a final event on it gets the record's (entry id
+    None). Changes nothing: the caller moves the cursors once it has them all."""
+    resp = await store.r.xread({s: cursors[s] for s in open_}, count=256, block=block_ms)
+    got = _by_stream(resp)
+    out: list[tuple[str, str | None, Message | None]] = []
+    if not got:
+        for stream, i in open_.items():
+            if not await store.ended(job_ids[i]):
+                continue
+            # One non-blocking read more: the final event may have just landed.
+            rest = await store.r.xrange(stream, min="(" + cursors[stream], max="+")
+            tail = _decoded(stream, rest or [])
+            if any(isinstance(msg, FinishEvent | ErrorEvent) for _, _, msg in tail):
+                out += tail
+            else:
+                final = await store.result(job_ids[i])
+                lost = ErrorEvent(job_id=job_ids[i], code=ErrorCode.INTERNAL.value,
+                                  message="the job ended without a result")  # fmt: skip
+                out += [*tail, (stream, None, final or lost)]
+        return out
+    for stream, items in got:
+        if stream in open_:
+            out += _decoded(stream, items)
+    return out
+
+
+def _decoded(stream: str, items: list[Any]) -> list[tuple[str, str | None, Message | None]]:
+    """(stream, entry id, event) of ``items`` up to the first final event (None: it does not
+    decode; the cursor still moves past it)."""
+    out: list[tuple[str, str | None, Message | None]] = []
+    for entry_id, fields in items:
+        msg: Message | None
+        try:
+            msg = codec.from_entry(dict(fields or {}))
+        except codec.CodecError:
+            msg = None
+        out.append((stream, id_str(entry_id), msg))
+        if isinstance(msg, FinishEvent | ErrorEvent):
+            break
+    return out
 
 
 def _by_stream(resp: Any) -> list[tuple[str, list[Any]]]:
@@ -135,6 +175,9 @@ async def complete(request: Request, store: JobStore, job_ids: list[str], out: R
     except TimeoutError:
         await _cancel_all(store, job_ids, set(finals))
         raise _timeout(job_ids[0], timeout_s) from None
+    except (RedisError, OSError) as exc:  # Redis away past the grace period
+        await _cancel_all(store, job_ids, set(finals))
+        raise outage_error(store, job_ids[0], exc) from None
     failed = [f for f in finals.values() if isinstance(f, ErrorEvent)]
     if failed or len(finals) < len(job_ids):
         await _cancel_all(store, job_ids, set(finals))
@@ -171,6 +214,9 @@ async def stream(request: Request, store: JobStore, job_ids: list[str], out: Res
     except TimeoutError:
         await _cancel_all(store, job_ids, set())
         raise _timeout(job_ids[0], timeout_s) from None
+    except (RedisError, OSError) as exc:  # Redis away past the grace period, before the first event
+        await _cancel_all(store, job_ids, set())
+        raise outage_error(store, job_ids[0], exc) from None
     if got is None:
         return _error_response(_lost(job_ids[0]))
     if isinstance(got[1], ErrorEvent):
@@ -232,8 +278,8 @@ async def _chunks(
         err = APIError.of(ErrorCode.INTERNAL, "a choice ended without a result")
         yield sse.data(err.body())
         yield sse.DONE
-    except (RedisError, OSError) as exc:
-        yield sse.data(store_down(exc).body())
+    except (RedisError, OSError) as exc:  # Redis away past the grace period: finally cancels the rest
+        yield sse.data(outage_error(store, job_ids[0], exc).body())
         yield sse.DONE
     finally:
         await _cancel_all(store, job_ids, done)

@@ -7,11 +7,14 @@
   refuses (an ErrorEvent first: context length, bad request) is a proper 4xx JSON error.
   Then every stream ends with ``data: [DONE]``: after the finish, or after an error chunk
   (OpenAI's error shape in ``data:``) when the job fails, the deadline passes or Redis fails.
+- A Redis outage shorter than ``outage_grace_s`` is ridden out: the client keeps its
+  connection and gets every event once (gateway/outage.py). A longer one is a 503 with
+  Retry-After (or, once streaming, an error chunk) and cancels the job, the cancel written
+  once Redis answers.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
@@ -22,6 +25,7 @@ from redis.exceptions import RedisError
 
 from gateway import sse
 from gateway.errors import APIError, error_body, error_status, store_down
+from gateway.outage import Outage
 from gateway.responses import ResponseBuilder
 from gateway.store import JobStore, StoredEvent
 from shared.errors import ErrorCode
@@ -40,8 +44,16 @@ def _timeout(job_id: str, seconds: float) -> APIError:
 
 
 async def cancel_quietly(store: JobStore, job_id: str) -> None:
-    with anyio.CancelScope(shield=True), anyio.move_on_after(5), contextlib.suppress(RedisError, OSError):
-        await store.request_cancel(job_id)
+    """Cancel the job now or, with Redis down, once it is back (``JobStore.cancel_soon``)."""
+    await store.cancel_soon(job_id)
+
+
+def outage_error(store: JobStore, job_id: str, exc: BaseException) -> APIError:
+    """The 503 of a request whose Redis stayed away past the grace period (its job is cancelled)."""
+    grace = store.settings.outage_grace_s
+    err = store_down(exc)
+    err.message = f"{err.message}; unreachable for more than {grace:g}s, so job {job_id} was cancelled"
+    return err
 
 
 async def _race(request: Request, work: Callable[[], Awaitable[T]], timeout_s: float) -> T:
@@ -77,11 +89,14 @@ async def _race(request: Request, work: Callable[[], Awaitable[T]], timeout_s: f
 
 
 async def final_event(store: JobStore, job_id: str, until: float | None = None) -> FinishEvent | ErrorEvent:
+    """The job's final event, through a Redis outage of up to the grace period (past it,
+    the Redis error)."""
     async for ev in store.events(job_id, block_s=store.settings.keepalive_s, until=until, final_only=True):
         if ev is not None and isinstance(ev.msg, FinishEvent | ErrorEvent):
             return ev.msg
     # Over without a final event on the stream (it expired): the job record has the result.
-    stored = await store.result(job_id)
+    with Outage(store.settings.outage_grace_s, f"job {job_id}", store.outages) as outage:
+        stored = await outage.ride(lambda: store.result(job_id))
     if stored is not None:
         return stored
     return ErrorEvent(job_id=job_id, code=ErrorCode.INTERNAL.value, message="the job ended without a result")
@@ -103,6 +118,9 @@ async def complete(request: Request, store: JobStore, job_id: str, out: Response
     except TimeoutError:
         await cancel_quietly(store, job_id)
         raise _timeout(job_id, timeout_s) from None
+    except (RedisError, OSError) as exc:  # Redis away past the grace period
+        await cancel_quietly(store, job_id)
+        raise outage_error(store, job_id, exc) from None
     if isinstance(final, ErrorEvent):
         return _error_response(final)
     return JSONResponse(out.full(final))
@@ -133,6 +151,9 @@ async def stream(request: Request, store: JobStore, job_id: str, out: ResponseBu
     except TimeoutError:
         await cancel_quietly(store, job_id)
         raise _timeout(job_id, timeout_s) from None
+    except (RedisError, OSError) as exc:  # Redis away past the grace period, before the first event
+        await cancel_quietly(store, job_id)
+        raise outage_error(store, job_id, exc) from None
     if ev is None:
         final = await final_event(store, job_id)
         if isinstance(final, ErrorEvent):
@@ -199,8 +220,8 @@ async def _chunks(
         else:
             yield sse.data(error_body(error_status(final.code), final.message, code=final.code))
         yield sse.DONE
-    except (RedisError, OSError) as exc:
-        yield sse.data(store_down(exc).body())
+    except (RedisError, OSError) as exc:  # Redis away past the grace period: finally cancels the job
+        yield sse.data(outage_error(store, job_id, exc).body())
         yield sse.DONE
     finally:
         if not ended:

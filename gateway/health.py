@@ -43,20 +43,27 @@ async def health(request: Request) -> dict[str, Any]:
     return {"status": "ok", "workers": len(workers), "queued": queued}
 
 
-@router.get("/health/ready", response_model=None)
-async def ready(request: Request) -> Any:
-    store = _store(request)
+async def readiness(store: JobStore) -> tuple[bool, dict[str, Any]]:
+    """Whether the gateway can answer — Redis up and a live, non-draining worker registered —
+    and what it serves: the one truth of ``/health/ready`` and of the ready line that
+    ``nightjar up`` / ``gateway`` print (``nightjar/ready.py``)."""
     try:
         workers = await store.registry.workers()
         queued = await store.queue_load()
         decision = await store.registry.latest_decision()
     except (RedisError, OSError) as exc:
-        return _not_ready({"reason": f"the job store (Redis) is unavailable: {type(exc).__name__}"})
+        return False, {"reason": f"the job store (Redis) is unavailable: {type(exc).__name__}"}
     serving = [w for w in workers if not w.draining]
     now = time.time()
-    planner: dict[str, Any] = {"decision_version": None, "decision_age_s": None, "stale": True}
+    planner: dict[str, Any] = {
+        "policy": None,
+        "decision_version": None,
+        "decision_age_s": None,
+        "stale": True,
+    }
     if decision is not None:
         planner = {
+            "policy": decision.policy,
             "decision_version": decision.version,
             "decision_age_s": round(max(0.0, now - decision.created_at), 3),
             "stale": decision.is_stale(now),
@@ -66,12 +73,17 @@ async def ready(request: Request) -> Any:
         "draining": len(workers) - len(serving),
         "queued": queued,
         "models": sorted({w.model for w in serving}),
+        "drafters": sorted({d for w in serving for d in w.drafters}),
         "planner": planner,
     }
     if not serving:
-        return _not_ready({**body, "reason": "no live worker takes jobs"})
+        return False, {**body, "reason": "no live worker takes jobs"}
+    return True, body
+
+
+@router.get("/health/ready", response_model=None)
+async def ready(request: Request) -> Any:
+    ok, body = await readiness(_store(request))
+    if not ok:
+        return JSONResponse({"status": "not_ready", **body}, status_code=503, headers={"Retry-After": "5"})
     return {"status": "ready", **body}
-
-
-def _not_ready(body: dict[str, Any]) -> JSONResponse:
-    return JSONResponse({"status": "not_ready", **body}, status_code=503, headers={"Retry-After": "5"})

@@ -33,6 +33,7 @@ import anyio
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from gateway.outage import BACKOFF
 from shared import jobs, keys
 from shared.streams import Entry, entries, id_str
 
@@ -227,7 +228,7 @@ class EventHub:
     async def _read(self, model: str) -> None:
         wake = keys.gateway_wake(model, self.id)
         wake_cursor = "0-0"  # the wake stream is this hub's own: every entry is news
-        backoff = 0.1
+        failures = 0
         while True:
             if not self._subs.get(model):
                 return  # (no await since the check: a new follower finds no loop and starts one)
@@ -245,13 +246,14 @@ class EventHub:
                 self._covering.add(model)
             try:
                 resp = await self.r.xread({**cursors, wake: wake_cursor}, count=256, block=BLOCK_MS)
-                backoff = 0.1
+                failures = 0
             except (RedisError, OSError) as exc:
-                log.warning("event hub for %s: %s: %s (retrying)", model, type(exc).__name__, exc)
-                for s in subs:
+                if not failures:
+                    log.warning("event hub for %s: %s: %s (retrying)", model, type(exc).__name__, exc)
+                for s in subs:  # each reader rides the outage out on its own (gateway/outage.py)
                     s.fail(exc)
-                await anyio.sleep(backoff)
-                backoff = min(2.0, backoff * 2)
+                failures += 1
+                await anyio.sleep(BACKOFF.compute(failures))
                 continue
             finally:
                 self._covering.discard(model)

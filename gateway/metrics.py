@@ -9,7 +9,12 @@
   latency and queue time from the job's events (their stream entry ids are their times),
   prompt and generation tokens, and the finish reason; labelled by model and worker.
 - ``/metrics``: the process view (shared/metrics.py), so under ``nightjar up`` it shows the
-  worker's and the planner's metrics too.
+  worker's and the planner's metrics too. Also: requests riding out a Redis outage now and
+  cancels waiting for Redis (gateway/outage.py).
+- ``ApiMetrics``: vLLM's API-server families under their own names (vLLM counts requests with
+  prometheus-fastapi-instrumentator): ``http_requests_total{handler, method, status}``, status
+  as a class ("2xx"), and ``http_request_duration_seconds{handler, method}``, without the
+  probe routes (/metrics, /health*), so vLLM's dashboards' HTTP panels work unchanged.
 """
 
 from __future__ import annotations
@@ -59,6 +64,24 @@ class GatewayMetrics(m.MetricSet):
         self.failure = c("request_failure", "Failed requests by error code.", ("code",))
 
 
+class ApiMetrics(m.MetricSet):
+    prefix = ""  # vLLM's API server's names carry no prefix
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests = self.counter(
+            "http_requests",
+            "HTTP requests by handler, method and status class.",
+            ("handler", "method", "status"),
+        )
+        self.duration = self.histogram(
+            "http_request_duration_seconds", "HTTP request time.", ("handler", "method"), m.E2E_BUCKETS
+        )
+
+
+PROBES = ("/metrics", "/health")  # not counted in ApiMetrics (vLLM leaves its probes out too)
+
+
 def _route(scope: Scope) -> str:
     route = scope.get("route")
     path = getattr(route, "path", None)
@@ -68,9 +91,10 @@ def _route(scope: Scope) -> str:
 class Observe:
     """Request ids and request counts, outside every other middleware."""
 
-    def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: GatewayMetrics, api: ApiMetrics) -> None:
         self.app = app
         self.metrics = metrics
+        self.api = api
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -96,9 +120,14 @@ class Observe:
             await self.app(scope, receive, send_with_id)
         finally:
             self.metrics.in_flight.dec()
-            self.metrics.duration.labels(route=_route(scope), method=method).observe(
-                time.perf_counter() - started
-            )
+            took = time.perf_counter() - started
+            route = _route(scope)
+            self.metrics.duration.labels(route=route, method=method).observe(took)
+            if not route.startswith(PROBES):
+                handler = route if route != "unmatched" else "none"
+                status_class = f"{status[0] // 100}xx" if status else "5xx"
+                self.api.requests.labels(handler=handler, method=method, status=status_class).inc()
+                self.api.duration.labels(handler=handler, method=method).observe(took)
             REQUEST_ID.reset(token)
 
 
@@ -279,11 +308,16 @@ def install(app: FastAPI) -> GatewayMetrics:
     must be the outermost, so every response carries the request id)."""
     metrics = GatewayMetrics()
     app.state.metrics = metrics
-    app.state.store = MeteredStore(app.state.store, metrics)
+    app.state.api_metrics = api = ApiMetrics()
+    store = app.state.store = MeteredStore(app.state.store, metrics)
+    readers = metrics.gauge("redis_outage_readers", "Requests riding out a Redis outage now.")
+    readers.set_function(lambda: store.outages.waiting)
+    cancels = metrics.gauge("redis_outage_cancels_pending", "Cancels that wait for Redis to be written.")
+    cancels.set_function(lambda: len(store.cancels))
 
     async def metrics_route(request: Request) -> Response:
         return Response(m.render_process(), media_type=m.CONTENT_TYPE)
 
     app.add_api_route("/metrics", metrics_route, methods=["GET"], include_in_schema=False)
-    app.add_middleware(Observe, metrics=metrics)
+    app.add_middleware(Observe, metrics=metrics, api=api)
     return metrics

@@ -3,7 +3,9 @@
 As vLLM does, a field this server does not know is ignored and logged once per field name,
 so clients that send newer or vendor fields (``store``, ``service_tier``, ...) work. vLLM's
 common extensions are accepted: ``top_k``, ``min_tokens``, ``repetition_penalty``,
-``stop_token_ids``, ``ignore_eos``, ``priority``, ``stream_options.continuous_usage_stats``.
+``stop_token_ids``, ``ignore_eos``, ``priority``, ``stream_options.continuous_usage_stats``;
+and Nightjar's ``stream_options.include_spec`` (each chunk's ``nightjar`` field: which of its
+tokens were accepted drafts, each step's drafter and γ).
 A known feature that this server cannot honour (``best_of``, ``suffix``) is a 400 naming the
 parameter, never silently dropped. Structured output — ``response_format`` ``json_object`` /
 ``json_schema``, vLLM's ``guided_json`` / ``guided_regex`` / ``guided_choice`` /
@@ -68,6 +70,7 @@ class _Lenient(BaseModel):
 class StreamOptions(_Lenient):
     include_usage: bool = False
     continuous_usage_stats: bool = False  # vLLM: usage in every chunk
+    include_spec: bool = False  # Nightjar: each chunk's "nightjar" field (docs/api.md)
 
 
 class JsonSchemaFormat(_Lenient):
@@ -138,6 +141,11 @@ class _Common(_Lenient):
     @property
     def continuous_usage(self) -> bool:
         return bool(self.stream and self.stream_options and self.stream_options.continuous_usage_stats)
+
+    @property
+    def include_spec(self) -> bool:
+        """A stream whose chunks carry their tokens' speculation facts (``nightjar``)."""
+        return bool(self.stream and self.stream_options and self.stream_options.include_spec)
 
     def check_supported(self) -> None:
         """400 for a known feature this server cannot honour yet (named, never dropped), or a

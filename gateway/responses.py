@@ -8,7 +8,20 @@ from typing import Any
 
 from gateway.logprobs import chat_logprobs, completion_logprobs
 from gateway.tools import ToolOutput
-from shared.schemas import FinishEvent, Logprobs, StartEvent, TokenEvent
+from shared.schemas import FinishEvent, Logprobs, Speculation, StartEvent, TokenEvent
+
+
+def spec_field(spec: Speculation) -> dict[str, Any]:
+    """A chunk's ``nightjar`` field: ``spans``, its generated text cut where the token that
+    produced it changes, each marked ``drafted`` (an accepted draft), false (the target's own
+    token) or null (produced by an earlier attempt of a job taken over after a failure), with
+    the token's position in the output; ``steps``, the engine steps whose tokens the chunk
+    carries: ``tokens`` emitted, ``accepted`` drafts of ``drafted`` proposed by ``drafter``
+    with ``gamma`` asked for."""
+    return {
+        "spans": [s.model_dump(mode="json") for s in spec.spans],
+        "steps": [s.model_dump(mode="json") for s in spec.steps],
+    }
 
 
 def usage(
@@ -32,7 +45,9 @@ class ResponseBuilder:
     token-id prompt: its tokens' texts from its prompt logprobs, joined). Logprobs are
     shown where the jobs' events carry them (gateway/logprobs.py); ``prompt_logprobs``: the
     echoed prompts' come from the workers, so a stream's echo chunk waits for them;
-    ``echo_only`` (``max_tokens: 0`` with ``echo``): the choice is its prompt alone."""
+    ``echo_only`` (``max_tokens: 0`` with ``echo``): the choice is its prompt alone;
+    ``spec`` (``stream_options.include_spec``): a token event's chunk carries its speculation
+    facts as ``nightjar`` (``spec_field``), a field OpenAI's clients ignore."""
 
     def __init__(
         self,
@@ -47,8 +62,10 @@ class ResponseBuilder:
         prompt_logprobs: bool = False,
         echo_only: bool = False,
         tools: ToolOutput | None = None,
+        spec: bool = False,
     ) -> None:
         self.chat = chat
+        self.spec = spec
         self.id = ("chatcmpl-" if chat else "cmpl-") + job_id
         self.model = model
         self.created = int(time.time())
@@ -209,8 +226,11 @@ class ResponseBuilder:
         """The chunks of a token event: its text and logprobs (none while both are empty),
         after the echo that waited for the prompt's logprobs."""
         out = self._pending_echo(index, ev.prompt_logprobs)
-        if not self.echo_only and (ev.text or ev.logprobs):
-            out.append(self.chunk(ev.text, None, index, self._render(index, ev.logprobs)))
+        if not self.echo_only and (ev.text or ev.logprobs or (self.spec and ev.token_ids)):
+            body = self.chunk(ev.text, None, index, self._render(index, ev.logprobs))
+            if self.spec and ev.spec is not None:
+                body["nightjar"] = spec_field(ev.spec)
+            out.append(body)
         return out
 
     def finish_chunks(self, index: int, ev: FinishEvent) -> list[dict[str, Any]]:

@@ -1,4 +1,5 @@
-"""Operator routes, behind a bearer token (NIGHTJAR_ADMIN_TOKEN)."""
+"""Operator routes, behind a bearer token (NIGHTJAR_ADMIN_TOKEN): 401 without one, 403 with
+a wrong one or while none is configured (``admin_disabled``, saying how to configure it)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ router = APIRouter()
 MAX_PARAMS_DEPTH = 8  # nesting of lists / objects in a policy's params
 MAX_PARAMS_NODES = 10_000  # values in all, at any depth
 MAX_TEXT = 10_000  # characters of any one string (key or value)
+NOT_CONFIGURED = "no admin token is configured (start the gateway with NIGHTJAR_ADMIN_TOKEN set)"
 
 
 def check_params(value: Any) -> Any:
@@ -79,13 +81,17 @@ class PolicyBody(BaseModel):
 
 
 def _authorize(request: Request, authorization: str | None) -> None:
+    """401 without a bearer token, 403 with a wrong one — or with any, while no admin token
+    is configured (the route is closed: the message says how to open it). Never a 5xx: a
+    missing setting is not the server failing."""
     token: str | None = request.app.state.settings.admin_token
+    scheme, _, given = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():
+        hint = "" if token else f"; {NOT_CONFIGURED}"
+        raise APIError.of(ErrorCode.UNAUTHORIZED, f"send 'Authorization: Bearer <admin token>'{hint}")
     if not token:
-        raise APIError.of(ErrorCode.ADMIN_DISABLED, "admin routes are disabled: set NIGHTJAR_ADMIN_TOKEN")
-    if not authorization or not authorization.lower().startswith("bearer "):
-        raise APIError.of(ErrorCode.UNAUTHORIZED, "missing bearer token")
-    given = authorization[7:].strip().encode("utf-8", "surrogateescape")
-    if not hmac.compare_digest(given, token.encode()):
+        raise APIError.of(ErrorCode.ADMIN_DISABLED, f"admin routes are closed: {NOT_CONFIGURED}")
+    if not hmac.compare_digest(given.strip().encode("utf-8", "surrogateescape"), token.encode()):
         raise APIError.of(ErrorCode.FORBIDDEN, "wrong admin token")
 
 

@@ -25,7 +25,7 @@ from gateway.store import JobStore, Submitted, valid_event_id
 from gateway.submission import capacity, fit_max_tokens
 from shared.errors import ErrorCode
 from shared.jobs import JobStatus
-from shared.schemas import INT32_MAX, ChatMessage, JobRequest, SamplingParams
+from shared.schemas import INT32_MAX, ChatMessage, JobRequest, Message, SamplingParams, TokenEvent
 
 router = APIRouter()
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -64,6 +64,7 @@ class JobSubmission(BaseModel):
     priority: int = Field(default=0, ge=-INT32_MAX, le=INT32_MAX)
     metadata: dict[str, str] = Field(default_factory=dict)
     webhook_url: str | None = None  # POSTed the job's final state, signed (gateway/webhooks.py)
+    include_spec: bool = False  # token events carry ``spec``: which tokens were accepted drafts
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     temperature: float | None = None
@@ -161,6 +162,7 @@ async def _submit_one(request: Request, body: JobSubmission, idempotency_key: st
             params=params.model_copy(update={"max_tokens": max_tokens}),
             priority=body.priority,
             metadata=body.metadata,
+            include_spec=body.include_spec,
         )
     except ValidationError as exc:
         raise from_validation(exc) from None
@@ -169,7 +171,8 @@ async def _submit_one(request: Request, body: JobSubmission, idempotency_key: st
     check_processors(params)
     constraints.check(params.structured, "params.structured")
     url = webhooks.check_url(body.webhook_url)
-    fp = fingerprint("jobs", body.model_dump(mode="json", exclude={"id"}))
+    # include_spec is how the tokens are delivered, not what is asked: a retry may differ.
+    fp = fingerprint("jobs", body.model_dump(mode="json", exclude={"id", "include_spec"}))
     got = await store.submit(job, owner=owner(request), fingerprint=fp, fresh=not stable)
     if url is not None and got.created:
         await webhooks.register(store, "job", got.job_id, url, owner(request))
@@ -224,11 +227,19 @@ async def job_events(
                 if ev is None:
                     yield sse.KEEPALIVE
                 else:
-                    yield sse.event(ev.id, ev.msg.kind, ev.msg.model_dump(mode="json"))
+                    yield sse.event(ev.id, ev.msg.kind, public(ev.msg))
         except (RedisError, OSError) as exc:  # no id: a reconnect resumes after the last real event
             yield f"event: error\ndata: {json.dumps(store_down(exc).body())}\n\n"
 
     return sse.response(body())
+
+
+def public(msg: Message) -> dict[str, Any]:
+    """An event as its job-API client sees it: a token event's ``spec`` only when asked for
+    (so a client that did not ask gets the same bytes as before it existed)."""
+    if isinstance(msg, TokenEvent) and msg.spec is None:
+        return msg.model_dump(mode="json", exclude={"spec"})
+    return msg.model_dump(mode="json")
 
 
 @router.delete("/v1/jobs/{job_id}", response_model=None)

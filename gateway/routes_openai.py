@@ -157,7 +157,8 @@ async def _serve(
         for k in range(body.n):
             params = body.sampling(fitted, _choice_seed(body.seed, k))
             job_id = job_ids[p * body.n + k]
-            jobs.append(_job(job_id, cap.model, inputs, params, body.priority, body.metadata, body.stream))
+            job = _job(job_id, cap.model, inputs, params, body.priority, body.metadata, body.stream)
+            jobs.append(job.model_copy(update={"include_spec": body.include_spec}))
     submitted: list[str] = []
     try:
         for i, job in enumerate(jobs):
@@ -179,6 +180,7 @@ async def _serve(
         prompt_of=[i // body.n for i in range(count)],
         echo=[p.get("prompt") for p in prompts for _ in range(body.n)] if echo else None,
         tools=body.tool_output(base) if isinstance(body, ChatRequest) else None,
+        spec=body.include_spec,
     )
     if count > 1:
         if body.stream:

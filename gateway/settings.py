@@ -1,39 +1,91 @@
-"""What the gateway can be told."""
+"""What the gateway can be told: each field reads ``NIGHTJAR_<FIELD>`` (``shared.settings``);
+``nightjar gateway`` / ``up`` flags override it. The descriptions are the flags' help."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from pydantic import Field
+
+from shared.settings import CommaList, EnvSettings
 
 MiB = 1024 * 1024
 
 
-@dataclass
-class GatewaySettings:
-    redis_url: str = "memory://"
-    max_queue: int = 1000  # reject new jobs (429) while this many are waiting or running
-    admin_token: str | None = None  # bearer token of /admin routes; None disables them (503)
-    default_max_tokens: int = 256  # chat completions without max_tokens
-    default_model: str = ""  # requests naming no model while no worker is live (require_worker off)
-    keepalive_s: float = 15.0  # SSE comment lines while a job is quiet
-    worker_timeout_s: float = 15.0  # a worker silent this long is not live (/v1/models, readiness)
-    # Security: API keys of the /v1 routes (empty: open, with a warning at start).
-    api_keys: tuple[str, ...] = ()
-    rate_limit_rps: float = 0.0  # per API key (per client address when open); 0 = no limit
-    rate_limit_burst: int = 0  # bucket size; 0 = max(1, ceil(rate_limit_rps))
-    # Admission and deadlines.
-    require_worker: bool = True  # submits answer 503 while no live, non-draining worker exists
-    request_timeout_s: float = 600.0  # an OpenAI request still unfinished after this is cancelled: 504
-    result_ttl_s: float = (
-        24 * 3600.0
-    )  # the job record written at submit (status, owner, result) lives this long
-    # Webhooks (gateway/webhooks.py): events signed with HMAC-SHA256 when a secret is set.
-    webhook_secret: str | None = None
-    webhook_max_attempts: int = 12  # then the delivery is dropped (logged)
-    # HTTP hygiene.
-    max_body_bytes: int = 4 * MiB  # larger request bodies: 413
-    body_timeout_s: float = 30.0  # a request body not received within this: 408
-    send_timeout_s: float = 60.0  # a client that reads nothing for this long is dropped
-    max_concurrency: int = 8192  # requests in flight; past it: 503 with Retry-After
-    header_timeout_s: float = 10.0  # uvicorn: a connection must send complete request headers within this
-    timeout_keep_alive_s: float = 5.0  # uvicorn: idle keep-alive connections close after this
-    shutdown_timeout_s: float = 30.0  # uvicorn: on SIGTERM, open responses get this long to end
+class GatewaySettings(EnvSettings):
+    redis_url: str = Field(
+        default="memory://",
+        description="the job store: redis://host:port/db, redis+sentinel://, redis+cluster:// or memory:// "
+        "(embedded, this process only)",
+    )
+    host: str = Field(default="127.0.0.1", description="address the HTTP server binds")
+    port: int = Field(default=8000, ge=0, le=65535, description="port the HTTP server listens on")
+    max_queue: int = Field(
+        default=1000, ge=1, description="new jobs get a 429 while this many are waiting or running"
+    )
+    admin_token: str | None = Field(
+        default=None, description="bearer token of the /admin routes; none: they answer 403"
+    )
+    default_max_tokens: int = Field(
+        default=256, ge=1, description="max_tokens of a chat completion that sets none"
+    )
+    default_model: str = Field(
+        default="",
+        description="model of requests naming none while no worker is live (with require_worker off)",
+    )
+    keepalive_s: float = Field(
+        default=15.0, gt=0, description="seconds between SSE comment lines while a job is quiet"
+    )
+    worker_timeout_s: float = Field(
+        default=15.0, gt=0, description="a worker silent this long is not live (/v1/models, readiness)"
+    )
+    api_keys: CommaList = Field(
+        default=(),
+        description="API keys the /v1 routes accept (Bearer); each key sees only its own jobs; none: open",
+    )
+    rate_limit_rps: float = Field(
+        default=0.0, ge=0, description="requests/s per API key (per client address when open); 0: no limit"
+    )
+    rate_limit_burst: int = Field(
+        default=0, ge=0, description="rate-limit bucket size; 0: the rate rounded up"
+    )
+    require_worker: bool = Field(
+        default=True, description="submits answer 503 while no live, non-draining worker exists"
+    )
+    request_timeout_s: float = Field(
+        default=600.0, gt=0, description="seconds before an unfinished OpenAI request is cancelled with a 504"
+    )
+    outage_grace_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="seconds a request in flight rides out a Redis outage, resuming where it was; past "
+        "them it is answered 503 and its job cancelled (0: at once; gateway/outage.py)",
+    )
+    result_ttl_s: float = Field(
+        default=24 * 3600.0,
+        gt=0,
+        description="seconds a job's record, result and events live after its last write",
+    )
+    webhook_secret: str | None = Field(
+        default=None, description="HMAC-SHA256 key that signs webhook deliveries; none: unsigned"
+    )
+    webhook_max_attempts: int = Field(
+        default=12, ge=1, description="webhook delivery attempts before it is dropped"
+    )
+    max_body_bytes: int = Field(default=4 * MiB, ge=1, description="larger request bodies get a 413")
+    body_timeout_s: float = Field(
+        default=30.0, gt=0, description="a request body not received within this gets a 408"
+    )
+    send_timeout_s: float = Field(
+        default=60.0, gt=0, description="a client that reads nothing this long is dropped"
+    )
+    max_concurrency: int = Field(default=8192, ge=1, description="HTTP requests in flight before a 503")
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="a connection must send complete request headers within this (uvicorn)",
+    )
+    timeout_keep_alive_s: float = Field(
+        default=5.0, gt=0, description="idle keep-alive connections close after this"
+    )
+    shutdown_timeout_s: float = Field(
+        default=30.0, gt=0, description="on SIGTERM, open responses get this long to end"
+    )

@@ -18,20 +18,23 @@ from typing import Any
 
 import anyio
 import redis.asyncio as aioredis
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, RedisError
 
 from gateway.admission import METADATA, MODEL, OWNER, Admission, Admitted, parse
 from gateway.errors import APIError
 from gateway.hub import EventHub, Subscription
 from gateway.ids import job_not_found, valid_job_id
+from gateway.outage import CancelBacklog, OutageStats, resumed
 from gateway.registry import WorkerRegistry, raw_bytes
 from gateway.settings import GatewaySettings
 from shared import codec, jobs, keys
 from shared.errors import ErrorCode
-from shared.schemas import CancelRequest, ErrorEvent, FinishEvent, JobRequest, Message
+from shared.replication import ReplicaWait
+from shared.schemas import CancelRequest, ErrorEvent, FinishEvent, JobRequest, Message, TokenEvent
 from shared.streams import group_load, id_str
 
 CANCEL_MAXLEN = 10_000  # cancellations are only read live; a short history suffices
+CANCEL_NOW_S = 5.0  # a cancel not written within this is remembered and written later
 MODEL_CACHE = 100_000  # job id -> model entries remembered (a job never changes model)
 _ENTRY_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
 
@@ -66,7 +69,11 @@ class JobStore:
         self._admission = Admission(r)
         self.hub = EventHub(r)
         self.registry = WorkerRegistry(r, settings.worker_timeout_s)
+        self.cancels = CancelBacklog(self.request_cancel)  # written once Redis is back
+        self.outages = OutageStats()  # readers riding out Redis outages (gateway/outage.py)
         self._models: OrderedDict[str, str] = OrderedDict()
+        # Admissions and cancellations on a replica before the answer (shared/replication.py).
+        self.replicas = ReplicaWait.for_url(r, settings.redis_url)
 
     async def queue_load(self, model: str | None = None) -> int:
         """Jobs on a model's stream (every live model's when None) not yet acknowledged:
@@ -156,6 +163,14 @@ class JobStore:
             async with self.r.pipeline(transaction=False) as pipe:
                 self._index(pipe, job, owner)
                 await pipe.execute()
+        ttl = max(1, int(self.settings.result_ttl_s))
+        await self.replicas.confirm(
+            {
+                keys.job_model(job.job_id): ttl,
+                keys.job_key(job.model, job.job_id): ttl,
+                keys.owner_jobs(owner): ttl,
+            }
+        )
         return Submitted(job.job_id, created=True, status=jobs.JobStatus.QUEUED.value)
 
     async def _admit(self, job: JobRequest, limit: int, owner: str, fingerprint: str) -> Admitted:
@@ -258,7 +273,35 @@ class JobStore:
         and by ``until`` (an ``anyio.current_time()`` deadline) at the latest.
         Ends without a final event when the job is over and nothing is left after ``after``
         (a Last-Event-ID past the end), so no stream of a finished job runs forever.
+        Rides out a Redis outage of up to ``outage_grace_s``, resuming after the last event
+        delivered (gateway/outage.py); a longer one raises its Redis error.
         """
+
+        def read(cursor: str) -> AsyncIterator[StoredEvent | None]:
+            return self._events(job_id, cursor, block_s, until, final_only=final_only, history=history)
+
+        async for item in resumed(
+            read,
+            after,
+            grace_s=self.settings.outage_grace_s,
+            block_s=block_s,
+            until=until,
+            what=f"job {job_id}",
+            stats=self.outages,
+        ):
+            yield item
+
+    async def _events(
+        self,
+        job_id: str,
+        after: str,
+        block_s: float,
+        until: float | None,
+        *,
+        final_only: bool,
+        history: bool,
+    ) -> AsyncIterator[StoredEvent | None]:
+        """``events`` while Redis answers (its first error ends it)."""
         model = await self.model_of(job_id)
         if model is None:
             return
@@ -279,6 +322,7 @@ class JobStore:
         if sub.final_of is not None:
             await sub.start(after)  # the hub looks at the job's status as it follows it
             ended = ended or sub.over
+        sent = 0  # output positions this reader was sent
         while True:
             block: int | None = None
             if not ended:
@@ -299,6 +343,13 @@ class JobStore:
                     msg = codec.from_entry(fields)
                 except codec.CodecError:
                     continue  # not ours to judge; the worker wrote it
+                if isinstance(msg, TokenEvent):
+                    end = msg.index + len(msg.token_ids)
+                    if msg.token_ids and end <= sent:
+                        # Sent already: a re-run wrote these positions again because a Redis
+                        # failover lost the writes this reader had been sent (worker/leases.py).
+                        continue
+                    sent = max(sent, end)
                 yield StoredEvent(after, msg)
                 if isinstance(msg, FinishEvent | ErrorEvent):
                     return
@@ -315,6 +366,18 @@ class JobStore:
         await self.request_cancel(job_id)
         return "cancelling"
 
+    async def cancel_soon(self, job_id: str) -> None:
+        """Cancel the job now, or — Redis down — as soon as Redis answers (``cancels``).
+        Never raises: the caller is already answering its client."""
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(CANCEL_NOW_S):
+                try:
+                    await self.request_cancel(job_id)
+                    return
+                except (RedisError, OSError):
+                    pass
+            self.cancels.add(job_id)
+
     async def request_cancel(self, job_id: str) -> None:
         model = await self.model_of(job_id)
         if model is None:
@@ -330,6 +393,7 @@ class JobStore:
                 approximate=True,
             )
             await pipe.execute()
+        await self.replicas.confirm({keys.job_cancel(model, job_id): ttl})
 
     async def result(self, job_id: str) -> FinishEvent | ErrorEvent | None:
         """The final event stored in the job record, if any."""

@@ -1,7 +1,9 @@
 """The ``nightjar`` command: run the services, swap the planner's policy, submit a prompt.
 
-Every option also reads a NIGHTJAR_* environment variable (named in its help). Bad input
-gives one line on stderr and exit code 2.
+Every service flag is a field of that service's settings record (``gateway/settings.py``,
+``worker/settings.py``, ``planner/settings.py``; ``nightjar.flags``): its help says what it
+does, its default and the ``NIGHTJAR_*`` variable that also sets it. Bad input gives one line
+on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -11,8 +13,20 @@ import logging
 import sys
 from typing import NoReturn
 
-from nightjar.options import UsageError, env
-from shared.connection import DEFAULT_URL
+from gateway.settings import GatewaySettings
+from nightjar import flags
+from nightjar.flags import add
+from nightjar.options import UsageError
+from nightjar.settings import (
+    LogSettings,
+    SubmitSettings,
+    UpSettings,
+    gateway_settings,
+    planner_settings,
+    worker_settings,
+)
+from planner.settings import PlannerSettings
+from worker.settings import WorkerSettings
 
 
 class _Parser(argparse.ArgumentParser):
@@ -21,206 +35,203 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def _add_redis(p: argparse.ArgumentParser, default: str) -> None:
-    p.add_argument("--redis-url", default=env("REDIS_URL", default), help="NIGHTJAR_REDIS_URL")
+def _add_redis(
+    p: argparse.ArgumentParser, cls: type[GatewaySettings | WorkerSettings | PlannerSettings]
+) -> None:
+    add(p, "--redis-url", cls, "redis_url")
 
 
-def _add_gateway(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", default=env("HOST", "127.0.0.1"), help="NIGHTJAR_HOST")
-    p.add_argument("--port", type=int, default=env("PORT", "8000"), help="NIGHTJAR_PORT")
-    p.add_argument("--max-queue", type=int, default=env("MAX_QUEUE", "1000"), help="NIGHTJAR_MAX_QUEUE")
-    p.add_argument(
-        "--webhook-secret",
-        default=env("WEBHOOK_SECRET"),
-        help="HMAC-SHA256 key that signs webhook deliveries (NIGHTJAR_WEBHOOK_SECRET); none: unsigned",
-    )
-    p.add_argument(
+def _add_gateway(p: argparse.ArgumentParser, cls: type[GatewaySettings]) -> None:
+    add(p, "--host", cls, "host")
+    add(p, "--port", cls, "port", type=int)
+    add(p, "--max-queue", cls, "max_queue", type=int)
+    add(p, "--webhook-secret", cls, "webhook_secret")
+    add(
+        p,
         "--api-key",
+        cls,
+        "api_keys",
         action="append",
         metavar="KEY",
-        help="an API key the /v1 routes accept (Bearer), repeatable (NIGHTJAR_API_KEYS, comma-separated); "
-        "none: open",
+        help="an API key the /v1 routes accept (Bearer), repeatable; each key sees only its own jobs; "
+        "none: open, with a warning",
     )
-    p.add_argument(
-        "--rate-limit", type=float, default=env("RATE_LIMIT_RPS", "0"),
-        help="requests/s per API key, 0 = no limit (NIGHTJAR_RATE_LIMIT_RPS)",
-    )
-    p.add_argument(
-        "--rate-burst", type=int, default=env("RATE_LIMIT_BURST", "0"),
-        help="rate-limit bucket size, 0 = the rate rounded up (NIGHTJAR_RATE_LIMIT_BURST)",
-    )
-    p.add_argument(
-        "--request-timeout", type=float, default=env("REQUEST_TIMEOUT_S", "600"),
-        help="seconds before an OpenAI request is cancelled with a 504 (NIGHTJAR_REQUEST_TIMEOUT_S)",
-    )
-    add_result_ttl(p)
-    p.add_argument(
-        "--max-body-bytes", type=int, default=env("MAX_BODY_BYTES", str(4 * 1024 * 1024)),
-        help="larger request bodies get a 413 (NIGHTJAR_MAX_BODY_BYTES)",
-    )
-    p.add_argument(
-        "--max-concurrency", type=int, default=env("MAX_CONCURRENCY", "8192"),
-        help="HTTP requests in flight before a 503 (NIGHTJAR_MAX_CONCURRENCY)",
-    )
+    add(p, "--rate-limit", cls, "rate_limit_rps", type=float)
+    add(p, "--rate-burst", cls, "rate_limit_burst", type=int)
+    add(p, "--request-timeout", cls, "request_timeout_s", type=float)
+    add(p, "--outage-grace", cls, "outage_grace_s", type=float)
+    add_result_ttl(p, cls)
+    add(p, "--max-body-bytes", cls, "max_body_bytes", type=int)
+    add(p, "--max-concurrency", cls, "max_concurrency", type=int)
 
 
-def add_result_ttl(p: argparse.ArgumentParser) -> None:
+def add_result_ttl(p: argparse.ArgumentParser, cls: type[GatewaySettings | WorkerSettings]) -> None:
     """``--result-ttl``, once per parser (the gateway and the worker both take it; ``up`` both)."""
-    if any(a.dest == "result_ttl" for a in p._actions):
+    if any(a.dest == "result_ttl_s" for a in p._actions):
         return
-    p.add_argument(
-        "--result-ttl",
-        type=float,
-        default=env("RESULT_TTL_S", str(24 * 3600)),
-        help="seconds a job's record, result and events live after its last write (NIGHTJAR_RESULT_TTL_S)",
-    )
+    add(p, "--result-ttl", cls, "result_ttl_s", type=float)
 
 
-def _add_worker(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=env("MODEL"), help="model directory (NIGHTJAR_MODEL)")
-    p.add_argument("--worker-id", default=env("WORKER_ID"), help="NIGHTJAR_WORKER_ID")
-    p.add_argument(
-        "--served-model-name",
-        default=env("SERVED_MODEL_NAME", ""),
-        help="the model's name in the API (default: the model directory's name; NIGHTJAR_SERVED_MODEL_NAME)",
+def _add_worker(p: argparse.ArgumentParser, cls: type[WorkerSettings]) -> None:
+    add(p, "--model", cls, "model_dir", metavar="DIR")
+    add(p, "--worker-id", cls, "worker_id", default="HOST-PID")
+    add(p, "--served-model-name", cls, "model_name")
+    add(p, "--max-jobs", cls, "max_jobs", type=int)
+    add(p, "--claim-idle", cls, "claim_idle_s", type=float)
+    add(p, "--progress-interval", cls, "progress_s", type=float)
+    add(p, "--max-deliveries", cls, "max_deliveries", type=int)
+    add(p, "--drain-timeout", cls, "drain_timeout_s", type=float)
+    add_result_ttl(p, cls)
+    add(p, "--threads", cls, "threads", type=int)
+    add(
+        p,
+        "--engine-opt",
+        cls,
+        "engine",
+        action="append",
+        metavar="KEY=VALUE",
+        help="an engine option (an EngineConfig field; the value read as JSON when it parses), repeatable",
     )
-    p.add_argument("--max-jobs", type=int, default=env("MAX_JOBS", "16"), help="NIGHTJAR_MAX_JOBS")
-    p.add_argument(
-        "--claim-idle", type=float, default=env("CLAIM_IDLE_S", "30"), help="NIGHTJAR_CLAIM_IDLE_S"
-    )
-    p.add_argument("--renew", type=float, default=env("RENEW_S", "10"), help="NIGHTJAR_RENEW_S")
-    p.add_argument("--autoclaim", type=float, default=env("AUTOCLAIM_S", "5"), help="NIGHTJAR_AUTOCLAIM_S")
-    p.add_argument(
-        "--progress-interval",
-        type=float,
-        default=env("PROGRESS_S", "0.5"),
-        help="seconds between writes of the tokens of a job whose client awaits only its result "
-        "(a non-streaming completion); streamed jobs are written every step (NIGHTJAR_PROGRESS_S)",
-    )
-    p.add_argument(
-        "--max-deliveries", type=int, default=env("MAX_DELIVERIES", "3"), help="NIGHTJAR_MAX_DELIVERIES"
-    )
-    p.add_argument(
-        "--drain-timeout",
-        type=float,
-        default=env("DRAIN_TIMEOUT_S", "30"),
-        help="on SIGTERM, seconds to finish running jobs before handing them back (NIGHTJAR_DRAIN_TIMEOUT_S)",
-    )
-    add_result_ttl(p)
-    p.add_argument("--threads", type=int, default=env("THREADS"), help="torch threads (NIGHTJAR_THREADS)")
-    p.add_argument("--engine-opt", action="append", metavar="KEY=VALUE", help="engine option")
-    p.add_argument(
+    add(
+        p,
         "--drafter",
+        cls,
+        "drafters",
         action="append",
         metavar="DIR",
-        help="drafter model directory, repeatable; 'none' for no model drafter (NIGHTJAR_DRAFTERS, "
-        "comma-separated; default: the bundled drafters of a bundled model)",
+        help="a drafter model directory, repeatable; 'none': no model drafter; not given: the bundled "
+        "drafters of a bundled model (env: comma-separated)",
     )
-    p.add_argument(
-        "--ngram",
-        action=argparse.BooleanOptionalAction,
-        default=str(env("NGRAM", "1")).lower() not in ("0", "false", "no", "off"),
-        help="offer the prompt-lookup drafter 'ngram' (NIGHTJAR_NGRAM)",
-    )
-    p.add_argument(
-        "--profile",
-        action=argparse.BooleanOptionalAction,
-        default=str(env("PROFILE", "1")).lower() not in ("0", "false", "no", "off"),
-        help="measure the startup cost profile, the planner's prior (NIGHTJAR_PROFILE)",
-    )
-    p.add_argument(
-        "--profile-budget",
-        type=float,
-        default=env("PROFILE_BUDGET_S", "60"),
-        help="seconds the startup cost profile may take at most (NIGHTJAR_PROFILE_BUDGET_S)",
-    )
+    add(p, "--ngram", cls, "ngram", action=argparse.BooleanOptionalAction)
+    add(p, "--profile", cls, "profile", action=argparse.BooleanOptionalAction)
+    add(p, "--profile-budget", cls, "profile_budget_s", type=float)
+    add(p, "--profile-reps", cls, "profile_reps", type=int)
+    add(p, "--profile-cache", cls, "profile_cache", action=argparse.BooleanOptionalAction)
+    add(p, "--profile-idle", cls, "profile_idle_s", type=float)
 
 
-def add_metrics_port(p: argparse.ArgumentParser) -> None:
+def add_metrics_port(p: argparse.ArgumentParser, cls: type[WorkerSettings | PlannerSettings]) -> None:
     """``--metrics-port`` / ``--metrics-host``: where a worker or planner serves /metrics."""
-    p.add_argument(
-        "--metrics-port", type=int, default=env("METRICS_PORT"),
-        help="serve Prometheus /metrics on this port (NIGHTJAR_METRICS_PORT; default: none)",
-    )
-    p.add_argument("--metrics-host", default=env("METRICS_HOST", "127.0.0.1"), help="NIGHTJAR_METRICS_HOST")
+    add(p, "--metrics-port", cls, "metrics_port", type=int)
+    add(p, "--metrics-host", cls, "metrics_host")
 
 
-def _add_planner(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", default=env("POLICY", "nightjar"), help="NIGHTJAR_POLICY (default nightjar)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="policy parameter")
-    p.add_argument(
-        "--valid-for",
-        type=float,
-        default=env("DECISION_VALID_FOR_S", "30"),
-        help="seconds a decision stays valid: workers fall back to no speculation when the planner "
-        "is silent this long (NIGHTJAR_DECISION_VALID_FOR_S)",
+def _add_planner(p: argparse.ArgumentParser, cls: type[PlannerSettings]) -> None:
+    add(p, "--policy", cls, "policy")
+    add(
+        p,
+        "--set",
+        cls,
+        "params",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a parameter of the policy (docs/planner.md), repeatable",
     )
+    add(p, "--valid-for", cls, "valid_for_s", type=float)
+    # The capacity estimate: workers each model needs (planner/capacity.py, docs/scaling.md).
+    add(p, "--ttft-target", cls, "ttft_target_s", type=float)
+    add(p, "--tpot-target", cls, "tpot_target_s", type=float)
+    add(p, "--target-utilization", cls, "target_utilization", type=float)
+    add(p, "--min-workers", cls, "min_workers", type=int)
+    add(p, "--max-workers", cls, "max_workers", type=int)
+    add(p, "--plan-models", cls, "plan_models")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="nightjar", description="LLM serving that makes speculative decoding pay off.")
-    p.add_argument(
+    add(
+        p,
         "--log-level",
+        LogSettings,
+        "log_level",
         type=str.lower,
         choices=["debug", "info", "warning", "error"],
-        default=env("LOG_LEVEL", "info"),
-        help="NIGHTJAR_LOG_LEVEL",
     )
-    p.add_argument(
-        "--log-format",
-        choices=["plain", "json"],
-        default=env("LOG_FORMAT", "plain"),
-        help="plain lines or one JSON object a line (NIGHTJAR_LOG_FORMAT)",
+    add(p, "--log-format", LogSettings, "log_format", choices=["plain", "json"])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
+
+    up = sub.add_parser(
+        "up",
+        help="gateway, planner and a worker in one process (embedded Redis)",
+        description="Gateway, planner and one worker in one process on an embedded store; "
+        "without --model it serves SmolLM2-135M-Instruct with its two heads and the n-gram "
+        "drafter (exported on first use; the bundled nj-target when that fails).",
     )
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _add_redis(up, GatewaySettings)
+    _add_gateway(up, GatewaySettings)
+    _add_worker(up, worker_settings(False))
+    _add_planner(up, PlannerSettings)
+    add(up, "--share-store", UpSettings, "share_store", action=argparse.BooleanOptionalAction)
+    add(up, "--store-port", UpSettings, "store_port", type=int)
 
-    up = sub.add_parser("up", help="gateway, planner and a worker in one process (embedded Redis)")
-    _add_redis(up, DEFAULT_URL)
-    _add_gateway(up)
-    _add_worker(up)
-    _add_planner(up)
+    gw = sub.add_parser(
+        "gateway", help="the HTTP gateway", description="The HTTP gateway (OpenAI routes, job API)."
+    )
+    _add_redis(gw, gateway_settings(True))
+    _add_gateway(gw, gateway_settings(True))
 
-    gw = sub.add_parser("gateway", help="the HTTP gateway")
-    _add_redis(gw, "redis://127.0.0.1:6379/0")
-    _add_gateway(gw)
+    wk = sub.add_parser(
+        "worker", help="one worker (one per accelerator)", description="One worker: runs the model."
+    )
+    _add_redis(wk, worker_settings(True))
+    _add_worker(wk, worker_settings(True))
+    add_metrics_port(wk, WorkerSettings)
 
-    wk = sub.add_parser("worker", help="one worker (one per accelerator)")
-    _add_redis(wk, "redis://127.0.0.1:6379/0")
-    _add_worker(wk)
-    add_metrics_port(wk)
+    pl = sub.add_parser(
+        "planner",
+        help="the planner, or `planner use POLICY` to swap its policy",
+        description="The planner: decides gamma, drafter and offload from the workers' telemetry.",
+    )
+    _add_redis(pl, planner_settings(True))
+    _add_planner(pl, PlannerSettings)
+    add_metrics_port(pl, PlannerSettings)
+    pl_sub = pl.add_subparsers(dest="planner_command", parser_class=_Parser, metavar="COMMAND")
+    use = pl_sub.add_parser(
+        "use",
+        help="swap the running planner's policy",
+        description="Ask the running planner (through Redis) to swap its policy.",
+    )
+    use.add_argument("policy", help="the policy to run (docs/planner.md)")
+    use.add_argument(
+        "--set",
+        dest="use_set",
+        action="append",
+        metavar="KEY=VALUE",
+        default=[],
+        help="a parameter of the policy, repeatable (default: none: the policy's defaults)",
+    )
 
-    pl = sub.add_parser("planner", help="the planner, or `planner use POLICY` to swap its policy")
-    _add_redis(pl, "redis://127.0.0.1:6379/0")
-    _add_planner(pl)
-    add_metrics_port(pl)
-    pl_sub = pl.add_subparsers(dest="planner_command", parser_class=_Parser)
-    use = pl_sub.add_parser("use", help="swap the running planner's policy")
-    use.add_argument("policy")
-    use.add_argument("--set", dest="use_set", action="append", metavar="KEY=VALUE", help="policy parameter")
+    sm = sub.add_parser(
+        "submit",
+        help="stream a completion from a running gateway",
+        description="Stream one completion from a running gateway to the terminal.",
+    )
+    sm.add_argument("prompt", help="the prompt (a chat message with --chat)")
+    add(sm, "--url", SubmitSettings, "url")
+    add(sm, "--max-tokens", SubmitSettings, "max_tokens", type=int)
+    add(sm, "--temperature", SubmitSettings, "temperature", type=float)
+    add(sm, "--seed", SubmitSettings, "seed", type=int)
+    add(sm, "--chat", SubmitSettings, "chat", action="store_const", const=True)
+    add(sm, "--api-key", SubmitSettings, "api_key")
 
-    sm = sub.add_parser("submit", help="stream a completion from a running gateway")
-    sm.add_argument("prompt")
-    sm.add_argument("--url", default=env("URL", "http://127.0.0.1:8000"), help="gateway (NIGHTJAR_URL)")
-    sm.add_argument("--max-tokens", type=int, default=64)
-    sm.add_argument("--temperature", type=float, default=0.0)
-    sm.add_argument("--seed", type=int, default=None)
-    sm.add_argument("--chat", action="store_true", help="send the prompt as a chat message")
-    sm.add_argument("--api-key", default=env("API_KEY"), help="Bearer key for the gateway (NIGHTJAR_API_KEY)")
-
-    sub.add_parser("models", help="build, convert and train the bundled models (training.cli)")
-    sub.add_parser("bench", help="benchmark every policy under dynamic load (benchmarks.load)")
-    sub.add_parser("top", help="a live view of a running deployment from its Redis (nightjar.top)")
+    for name, (_, what) in DELEGATED.items():
+        sub.add_parser(name, help=what, add_help=False)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in _DELEGATED:
+    if argv and argv[0] in DELEGATED:
         return _delegate(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
     from shared import logs
 
-    logs.configure(str(args.log_level), args.log_format)
+    try:
+        log_settings = flags.build(LogSettings, **flags.given(args, LogSettings))
+    except UsageError as exc:
+        print(f"nightjar: error: {exc}", file=sys.stderr)
+        return 2
+    logs.configure(log_settings.log_level, log_settings.log_format)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here
     from nightjar import commands
 
@@ -233,15 +244,21 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-# Subcommands whose arguments another package parses: name -> module with main(argv) -> int.
-_DELEGATED = {"models": "training.cli", "bench": "benchmarks.load.cli", "top": "nightjar.top"}
+# Subcommands whose arguments another package parses: name -> (module with main(argv) -> int
+# and build_parser() -> ArgumentParser, what it does).
+DELEGATED = {
+    "models": ("training.cli", "build, convert and train the bundled models (training.cli)"),
+    "bench": ("benchmarks.load.cli", "benchmark every policy under dynamic load (benchmarks.load)"),
+    "top": ("nightjar.top", "a live view of a running deployment: workers, decisions, drafters"),
+    "chat": ("nightjar.chat", "chat with a running gateway, tokens coloured by their maker (nightjar.chat)"),
+}
 
 
 def _delegate(command: str, argv: list[str]) -> int:
     import importlib
 
     try:
-        module = importlib.import_module(_DELEGATED[command])
+        module = importlib.import_module(DELEGATED[command][0])
     except ImportError as exc:
         print(f"nightjar: error: the {command} command is not available: {exc}", file=sys.stderr)
         return 2

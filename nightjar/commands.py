@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import argparse
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from nightjar import flags
+from nightjar.default_model import default_model
 from nightjar.options import UsageError, api_keys, drafter_dirs, engine_options, model_dir, pairs
+from nightjar.ready import announce_ready, server_url
 from nightjar.runner import Service, Stop, http_server, serve
+from nightjar.settings import SubmitSettings, UpSettings, gateway_settings, planner_settings, worker_settings
+from planner.settings import PlannerSettings
+
+if TYPE_CHECKING:
+    from gateway.settings import GatewaySettings
+    from worker.settings import WorkerSettings
 
 log = logging.getLogger("nightjar")
 
@@ -37,69 +46,59 @@ def _settle_heap() -> None:
     gc.freeze()
 
 
-def _gateway_app(args: argparse.Namespace) -> Any:
-    import os
-
-    from gateway.app import create_app
-    from gateway.settings import GatewaySettings
-
-    for name in ("max_queue", "max_body_bytes", "max_concurrency"):
-        if getattr(args, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
-    for name in ("request_timeout", "result_ttl"):
-        if not getattr(args, name) > 0:
-            raise UsageError(f"--{name.replace('_', '-')} must be positive")
-    if args.rate_limit < 0 or args.rate_burst < 0:
-        raise UsageError("--rate-limit and --rate-burst must not be negative")
-    settings = GatewaySettings(
-        redis_url=args.redis_url,
-        max_queue=args.max_queue,
-        webhook_secret=getattr(args, "webhook_secret", None) or None,
-        admin_token=os.environ.get("NIGHTJAR_ADMIN_TOKEN") or None,
-        api_keys=api_keys(args.api_key),
-        rate_limit_rps=args.rate_limit,
-        rate_limit_burst=args.rate_burst,
-        request_timeout_s=args.request_timeout,
-        result_ttl_s=args.result_ttl,
-        max_body_bytes=args.max_body_bytes,
-        max_concurrency=args.max_concurrency,
-    )
-    return create_app(settings)
+def gateway_config(args: argparse.Namespace, standalone: bool) -> GatewaySettings:
+    """The gateway's settings: the flags given, the environment, the defaults."""
+    cls = gateway_settings(standalone)
+    values = flags.given(args, cls)
+    if "api_keys" in values:  # --api-key, repeatable
+        values["api_keys"] = api_keys(values["api_keys"])
+    settings: GatewaySettings = flags.build(cls, **values)
+    return settings
 
 
-def _worker_service(args: argparse.Namespace) -> tuple[Service, Stop]:
-    from worker.profiling import ProfileSettings
-    from worker.service import WorkerService
-    from worker.settings import WorkerSettings, default_worker_id
+def worker_config(args: argparse.Namespace, standalone: bool, export: bool = False) -> WorkerSettings:
+    """The worker's settings, its model and drafters resolved (``nightjar.default_model``
+    when none is named: exported first when ``export``)."""
+    cls = worker_settings(standalone)
+    values = flags.given(args, cls)
+    if "engine" in values:  # --engine-opt KEY=VALUE, repeatable
+        values["engine"] = engine_options(values["engine"])
+    settings: WorkerSettings = flags.build(cls, **values)
+    model = model_dir(settings.model_dir) if settings.model_dir else str(default_model(export))
+    drafters = drafter_dirs(model, list(settings.drafters) if settings.drafters is not None else None)
+    return settings.model_copy(update={"model_dir": model, "drafters": tuple(drafters)})
 
-    model = model_dir(args.model)
-    if args.threads:
-        import torch
 
-        torch.set_num_threads(args.threads)
+def planner_config(args: argparse.Namespace, standalone: bool) -> PlannerSettings:
+    """The planner's settings; its policy and parameters checked before anything starts."""
+    from planner.policies import registry
+
+    cls = planner_settings(standalone)
+    values = flags.given(args, cls)
+    if "params" in values:  # --set KEY=VALUE, repeatable
+        values["params"] = pairs(values["params"], "--set")
+    settings: PlannerSettings = flags.build(cls, **values)
     try:
-        settings = WorkerSettings(
-            model_dir=model,
-            redis_url=args.redis_url,
-            worker_id=args.worker_id or default_worker_id(),
-            model_name=getattr(args, "served_model_name", "") or "",
-            max_jobs=args.max_jobs,
-            claim_idle_s=args.claim_idle,
-            renew_s=args.renew,
-            autoclaim_s=args.autoclaim,
-            max_deliveries=args.max_deliveries,
-            progress_s=args.progress_interval,
-            drain_timeout_s=args.drain_timeout,
-            result_ttl_s=args.result_ttl,
-            engine=engine_options(args.engine_opt),
-            drafters=drafter_dirs(model, args.drafter),
-            ngram=args.ngram,
-            metrics_port=getattr(args, "metrics_port", None),
-            metrics_host=getattr(args, "metrics_host", "127.0.0.1"),
-            profile=ProfileSettings(enabled=args.profile, budget_s=args.profile_budget),
-        )
+        registry.create(settings.policy, **settings.params)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    return settings
+
+
+def _gateway_app(args: argparse.Namespace, standalone: bool) -> Any:
+    from gateway.app import create_app
+
+    return create_app(gateway_config(args, standalone))
+
+
+def _worker_service(args: argparse.Namespace, standalone: bool, export: bool) -> tuple[Service, Stop]:
+    from worker.service import WorkerService
+
+    settings = worker_config(args, standalone, export)
+    if settings.threads:
+        import torch
+
+        torch.set_num_threads(settings.threads)
     try:
         worker = WorkerService(settings)
         return worker.run, worker.request_stop
@@ -109,58 +108,68 @@ def _worker_service(args: argparse.Namespace) -> tuple[Service, Stop]:
         raise UsageError(str(exc)) from None
 
 
-def _planner_service(args: argparse.Namespace) -> Service:
-    from planner.policies import registry
+def _planner_service(args: argparse.Namespace, standalone: bool) -> Service:
     from planner.service import PlannerService
-    from planner.settings import PlannerSettings
 
-    params = pairs(args.set, "--set")
-    try:
-        registry.create(args.policy, **params)  # fail fast, before any service starts
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    if not args.valid_for > 0:
-        raise UsageError("--valid-for must be positive")
-    settings = PlannerSettings(
-        redis_url=args.redis_url,
-        policy=args.policy,
-        params=params,
-        valid_for_s=args.valid_for,
-        republish_s=min(10.0, args.valid_for / 3),
-        metrics_port=getattr(args, "metrics_port", None),
-        metrics_host=getattr(args, "metrics_host", "127.0.0.1"),
-    )
-    return PlannerService(settings).run
+    return PlannerService(planner_config(args, standalone)).run
+
+
+def _server(app: Any) -> tuple[Any, Service]:
+    """The gateway's HTTP server, and the service that prints the ready line (``nightjar.ready``)."""
+    s = app.state.settings
+    server = http_server(app, s.host, s.port, logging.getLevelName(logging.getLogger().level).lower())
+
+    async def ready() -> None:
+        await announce_ready(app.state.store, lambda: server_url(server, s.host, s.port))
+
+    return server, ready
 
 
 def _up(args: argparse.Namespace) -> int:
-    planner = _planner_service(args)
-    worker = _worker_service(args)
-    server = http_server(_gateway_app(args), args.host, args.port, args.log_level)
-    log.info("nightjar up: gateway at http://%s:%d, Redis %s", args.host, args.port, args.redis_url)
+    up = flags.build(UpSettings, **flags.given(args, UpSettings))
+    planner = _planner_service(args, standalone=False)
+    app = _gateway_app(args, standalone=False)
+    worker = _worker_service(args, standalone=False, export=True)
+    server, ready = _server(app)
+    s = app.state.settings
+    store = None
+    if up.share_store and s.redis_url.startswith("memory://"):
+        from nightjar.store_server import StoreServer
+
+        try:
+            store = StoreServer(f"http://{s.host}:{s.port}", up.store_port)
+        except OSError as exc:
+            raise UsageError(f"--store-port {up.store_port}: {exc}") from None
+    log.info(
+        "nightjar up: gateway at http://%s:%d, Redis %s", s.host, s.port, store.url if store else s.redis_url
+    )
     _settle_heap()
-    serve([planner], server, [worker])
+    try:
+        serve([planner, ready], server, [worker])
+    finally:
+        if store is not None:
+            store.close()
     return 0
 
 
 def _gateway(args: argparse.Namespace) -> int:
-    server = http_server(_gateway_app(args), args.host, args.port, args.log_level)
+    server, ready = _server(_gateway_app(args, standalone=True))
     _settle_heap()
-    serve([], server)
+    serve([ready], server)
     return 0
 
 
 def _worker(args: argparse.Namespace) -> int:
-    worker = _worker_service(args)
+    worker = _worker_service(args, standalone=True, export=False)
     _settle_heap()
     serve([], None, [worker])
     return 0
 
 
 def _planner(args: argparse.Namespace) -> int:
-    if args.planner_command == "use":
+    if getattr(args, "planner_command", None) == "use":
         return _planner_use(args)
-    planner = _planner_service(args)
+    planner = _planner_service(args, standalone=True)
     _settle_heap()
     serve([planner])
     return 0
@@ -172,6 +181,7 @@ def _planner_use(args: argparse.Namespace) -> int:
     from shared.connection import connect
     from shared.control import PolicyCommand
 
+    redis_url = flags.build(planner_settings(True), **flags.given(args, PlannerSettings)).redis_url
     params = pairs(args.use_set, "--set")
     try:
         registry.create(args.policy, **params)
@@ -180,7 +190,7 @@ def _planner_use(args: argparse.Namespace) -> int:
     cmd = PolicyCommand(policy=args.policy, params=params, requested_by="cli")
 
     async def send() -> None:
-        r = connect(args.redis_url)
+        r = connect(redis_url)
         try:
             await r.xadd(
                 keys.PLANNER_CONTROL_STREAM,
@@ -199,11 +209,12 @@ def _planner_use(args: argparse.Namespace) -> int:
 def _submit(args: argparse.Namespace) -> int:
     from nightjar.submit import stream_completion
 
-    body: dict[str, Any] = {"max_tokens": args.max_tokens, "temperature": args.temperature}
-    if args.seed is not None:
-        body["seed"] = args.seed
-    if args.chat:
+    s = flags.build(SubmitSettings, **flags.given(args, SubmitSettings))
+    body: dict[str, Any] = {"max_tokens": s.max_tokens, "temperature": s.temperature}
+    if s.seed is not None:
+        body["seed"] = s.seed
+    if s.chat:
         body["messages"] = [{"role": "user", "content": args.prompt}]
     else:
         body["prompt"] = args.prompt
-    return stream_completion(args.url, body, args.chat, api_key=args.api_key)
+    return stream_completion(s.url, body, s.chat, api_key=s.api_key)

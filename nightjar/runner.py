@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
-import os
 import signal
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any
@@ -40,7 +39,9 @@ def use_uvloop() -> bool:
     """Whether services run on uvloop: installed, and not turned off. Measured on the 2-core
     VM (BENCHMARKS.md, 2026-12-02): served tokens/s at 32 users 0.64 -> 0.69 of the engine
     alone on Redis, 0.48 -> 0.54 under ``nightjar up`` (two runs each, in turns; noisy)."""
-    return os.environ.get("NIGHTJAR_UVLOOP", "1") != "0" and importlib.util.find_spec("uvloop") is not None
+    from shared.settings import RuntimeSettings
+
+    return RuntimeSettings().uvloop and importlib.util.find_spec("uvloop") is not None
 
 
 def serve(

@@ -34,6 +34,10 @@ import torch.nn.functional as F
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("skinny_linear.c")
+# Compiled together into one library: the skinny product, the fused decode layers that call it
+# (cpu_decode.c, used by cpu_decode.py), and the vector helpers both include.
+SOURCES = [SOURCE, SOURCE.with_name("cpu_decode.c")]
+HEADERS = [SOURCE.with_name("simd.h")]
 FLAGS = ["-O3", "-march=native", "-shared", "-fPIC"]
 # Up to this many rows the kernel beats the BLAS here: SmolLM2's layer products with cold
 # weights (2026-12-03), one torch thread, 24 rows: kernel 0.9x the BLAS's time; with two threads
@@ -67,7 +71,7 @@ def _cache_dir() -> Path:
 def build(cache_dir: Path | None = None) -> Path:
     """Compile the kernel (once per source, flags and machine) and return the shared object's
     path. Raises ``RuntimeError`` when it cannot be built here."""
-    source = SOURCE.read_bytes()
+    source = b"".join(p.read_bytes() for p in SOURCES + HEADERS)
     key = hashlib.sha256(source + " ".join(FLAGS).encode() + _machine_key().encode()).hexdigest()[:16]
     out_dir = cache_dir or _cache_dir()
     out = out_dir / f"skinny_linear-{key}.so"
@@ -79,17 +83,22 @@ def build(cache_dir: Path | None = None) -> Path:
     os.close(fd)
     try:
         done = subprocess.run(
-            [cc, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True, timeout=120
+            [cc, *FLAGS, "-o", tmp, *map(str, SOURCES)], capture_output=True, text=True, timeout=120
         )
         if done.returncode != 0:
             raise RuntimeError(f"{cc} failed: {done.stderr.strip()[:500]}")
         os.replace(tmp, out)  # atomic: processes building at once each write their own file
     except (OSError, subprocess.SubprocessError) as exc:
-        raise RuntimeError(f"cannot build {SOURCE.name}: {exc}") from exc
+        raise RuntimeError(f"cannot build {', '.join(p.name for p in SOURCES)}: {exc}") from exc
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return out
+
+
+def library() -> ctypes.CDLL | None:
+    """The compiled kernels (built on first use), or None where they cannot be built here."""
+    return _load()
 
 
 def _load() -> ctypes.CDLL | None:

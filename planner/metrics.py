@@ -17,6 +17,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from planner.capacity import CapacityPlanner
 from shared import keys
 from shared.control import Decision, Telemetry
 from shared.metrics import MetricSet, bucket_label
@@ -48,6 +49,9 @@ class PlannerMetrics(MetricSet):
         self.drafter = g("planner_drafter", "1 for the published drafter, 0 for the others.", ["drafter"])
         self.offload = g("planner_offload", "1 while the published decision offloads the drafters.")
         self.weights = g("planner_drafter_weight", "Drafter weights of the policy's learner.", ["drafter"])
+        self.acceptance = g(
+            "planner_drafter_acceptance", "The cost rule prior acceptance per drafter.", ["drafter"]
+        )
         self.version = g("planner_decision_version", "Version of the last decision published.")
         self.age = g("planner_decision_age_seconds", "Seconds since the last decision was published.")
         self.observed = c("planner_telemetry_observed", "Telemetry messages fed to the policy.", ["worker"])
@@ -56,6 +60,20 @@ class PlannerMetrics(MetricSet):
             "Telemetry steps a worker ran on its fallback rule (no fresh decision).",
             ["worker"],
         )
+        self.desired_workers = g(
+            "planner_desired_workers",
+            "Workers each model needs under the planner's SLO (planner/capacity.py; KEDA scales on it).",
+            ["model"],
+        )
+        self.arrival = g("planner_arrival_rate", "Jobs arriving per second (averaged), by model.", ["model"])
+        self.job_tokens = g(
+            "planner_tokens_per_job", "Output tokens per job (averaged), by model.", ["model"]
+        )
+        self.worker_tokens = g(
+            "planner_worker_tokens_per_second",
+            "Tokens/s one worker yields at the largest batch within the TPOT target, by model.",
+            ["model"],
+        )
         self.last: Decision | None = None
         self._policy_obj: Any = None
         self.age.set_function(lambda: time.time() - self.last.created_at if self.last else 0.0)
@@ -63,6 +81,17 @@ class PlannerMetrics(MetricSet):
     def observe_telemetry(self, t: Telemetry) -> None:
         self.observed.labels(worker=t.worker_id).inc()
         self.fallback.labels(worker=t.worker_id).inc(1 if t.fallback else 0)  # 0: exported from the start
+
+    def observe_capacity(self, capacity: CapacityPlanner) -> None:
+        """The capacity estimate's gauges, per model."""
+        for model, c in capacity.models.items():
+            if c.desired is not None:
+                self.desired_workers.labels(model=model).set(c.desired)
+            if c.load is not None:
+                self.arrival.labels(model=model).set(c.load.arrival_per_s)
+                self.job_tokens.labels(model=model).set(c.load.tokens_per_job)
+            if c.need is not None:
+                self.worker_tokens.labels(model=model).set(c.need.worker_tokens_per_s)
 
     def on_publish(self, d: Decision) -> None:
         """A decision was published."""
@@ -83,6 +112,8 @@ class PlannerMetrics(MetricSet):
             self.drafter.labels(drafter=d.drafter).set(1)
         self.offload.set(1 if d.offload else 0)
         self.version.set(d.version)
+        for name, alpha in d.acceptance.items():
+            self.acceptance.labels(drafter=name).set(alpha)
 
     def observe_policy(self, policy: Any) -> dict[str, float]:
         """Refresh the drafter weights from the running policy; returns them."""

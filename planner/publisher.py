@@ -1,4 +1,4 @@
-"""Versioned decisions: INCR a counter, XADD to the decision stream, SET the latest."""
+"""Versioned decisions: INCR a counter, SET the latest, XADD to the decision stream."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import redis.asyncio as aioredis
 
 from planner.policies.base import Choice
 from shared import codec, keys
-from shared.control import Decision
+from shared.control import Decision, StepCosts
 
 DECISIONS_MAXLEN = 10_000  # the stream is a history for observers; workers need only the tail
 
@@ -19,6 +19,7 @@ class DecisionPublisher:
         self.valid_for_s = valid_for_s
         self.last: Decision | None = None
         self.on_publish: Callable[[Decision], None] | None = None  # e.g. the planner's metrics
+        self.desired_workers: dict[str, int] = {}  # the capacity estimate, carried by every decision
 
     def changed(self, choice: Choice, policy: str) -> bool:
         """Would publishing ``choice`` tell the workers something new?"""
@@ -32,9 +33,14 @@ class DecisionPublisher:
             or _costs_moved(d.drafter_costs, choice.drafter_costs)
             or sorted(d.skip_drafters) != sorted(choice.skip_drafters)
             or d.offload != choice.offload
+            or d.hold_steps != choice.hold_steps
+            or _rule_moved(d, choice)
+            or d.desired_workers != self.desired_workers
         )
 
-    async def publish(self, choice: Choice, policy: str, note: str) -> Decision:
+    async def publish(self, choice: Choice, policy: str, note: str, command_id: str = "") -> Decision:
+        """Publish ``choice`` as the next version; ``command_id``: the control entry that put
+        ``policy`` in place (``Decision.command_id``)."""
         version = int(await self.r.incr(keys.DECISION_VERSION))
         decision = Decision(
             version=version,
@@ -46,13 +52,24 @@ class DecisionPublisher:
             drafter_costs={k: round(float(v), 4) for k, v in choice.drafter_costs.items()},
             skip_drafters=sorted(choice.skip_drafters),
             offload=choice.offload,
+            step_costs=[_rounded(c) for c in choice.step_costs],
+            acceptance={k: round(float(v), 4) for k, v in choice.acceptance.items()},
+            acceptance_hi={k: round(float(v), 4) for k, v in choice.acceptance_hi.items()},
+            hold_steps=choice.hold_steps,
+            desired_workers=dict(self.desired_workers),
             valid_for_s=self.valid_for_s,
             note=note,
+            command_id=command_id,
         )
-        async with self.r.pipeline(transaction=True) as pipe:
-            pipe.xadd(keys.DECISIONS_STREAM, codec.entry(decision), maxlen=DECISIONS_MAXLEN, approximate=True)
-            pipe.set(keys.DECISION_LATEST, codec.encode(decision))
-            await pipe.execute()
+        # The latest first, then the stream, one after the other: on Redis Cluster the two
+        # keys are in different slots (no transaction spans them). A worker that starts in
+        # between reads the new latest and then skips the same version on the stream; a
+        # planner that dies in between leaves the stream one decision short until the next
+        # publish (``republish_s``), never a latest older than the stream's newest.
+        await self.r.set(keys.DECISION_LATEST, codec.encode(decision))
+        await self.r.xadd(
+            keys.DECISIONS_STREAM, codec.entry(decision), maxlen=DECISIONS_MAXLEN, approximate=True
+        )
         self.last = decision
         if self.on_publish is not None:
             self.on_publish(decision)
@@ -64,3 +81,30 @@ def _costs_moved(old: dict[str, float], new: dict[str, float], tol: float = 0.1)
     if set(old) != set(new):
         return True
     return any(abs(new[k] - old[k]) > tol * max(old[k], 1e-3) for k in new)
+
+
+def _rounded(c: StepCosts) -> StepCosts:
+    return StepCosts(
+        batch=c.batch,
+        plain_s=round(c.plain_s, 6),
+        spec_s={d: [round(x, 6) for x in xs] for d, xs in c.spec_s.items()},
+    )
+
+
+def _rule_moved(d: Decision, choice: Choice, tol: float = 0.03) -> bool:
+    """The cost rule worth a new decision: step costs or an acceptance moved by > 3 %
+    (relative; acceptance by 0.03 absolute), or a rule appeared or went."""
+    if len(d.step_costs) != len(choice.step_costs) or set(d.acceptance) != set(choice.acceptance):
+        return True
+    for old, new in zip(d.step_costs, choice.step_costs, strict=True):
+        if old.batch != new.batch or set(old.spec_s) != set(new.spec_s):
+            return True
+        pairs = [(old.plain_s, new.plain_s)]
+        pairs += [(a, b) for k in new.spec_s for a, b in zip(old.spec_s[k], new.spec_s[k], strict=False)]
+        if any(abs(b - a) > tol * max(a, 1e-6) for a, b in pairs):
+            return True
+    moved = [abs(choice.acceptance[k] - d.acceptance[k]) for k in choice.acceptance]
+    moved += [
+        abs(choice.acceptance_hi.get(k, 0.0) - d.acceptance_hi.get(k, 0.0)) for k in choice.acceptance_hi
+    ]
+    return any(m > tol for m in moved)

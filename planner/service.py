@@ -5,21 +5,25 @@ policy needs no locks): telemetry read through the planner's consumer group and 
 ``policy.observe``; a timer asking ``policy.decide(now)``; and the control stream, whose
 PolicyCommands swap the policy. A decision is published when it differs from the last one,
 or when the last one is getting old (so workers never see it go stale while the planner
-lives); every swap, and every failed swap, is recorded in a decision's note. The workers'
-newest startup cost profile (planner/profiles.py) is looked at every ``profile_check_s``
-(every ``PROFILE_WAIT_S`` while there is none yet) and handed to the policy
-(``use_profile``) when it is new, and to every policy swapped in.
+lives); every swap, and every failed swap, is recorded in a decision's note, and every
+decision names the control entry whose command put its policy in place (``command_id``).
+The workers' newest startup cost profile (planner/profiles.py) is looked at every
+``profile_check_s`` (every ``PROFILE_WAIT_S`` while there is none yet) and handed to the
+policy (``use_profile``) when it is new, and to every policy swapped in.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import anyio
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
+from planner.capacity import SLO, CapacityPlanner
+from planner.capacity_io import CapacityReader
 from planner.metrics import PlannerMetrics
 from planner.policy_slot import PolicyFactory, PolicySlot, registry_factory
 from planner.profiles import newest_profile, same
@@ -30,9 +34,10 @@ from shared.connection import connect
 from shared.control import Decision, PolicyCommand, Telemetry
 from shared.loops import every, keep_running, retry_redis, wait_for_redis
 from shared.profile import CostProfile
-from shared.streams import ensure_group, entries
+from shared.streams import ensure_group, entries, id_str
 
 log = logging.getLogger(__name__)
+STALL_S = 30.0  # health: a decide loop silent this long is stalled
 PROFILE_WAIT_S = 0.25  # seconds between looks for a cost profile while the planner has none
 
 
@@ -52,7 +57,17 @@ class PlannerService:
         self.metrics = PlannerMetrics()
         self.publisher.on_publish = self.metrics.on_publish
         self._saved_at = time.monotonic()
+        self._decided_at = time.monotonic()  # the decide loop's last run (health)
         self.profile: CostProfile | None = None  # the workers' newest startup cost profile
+        slo = SLO(settings.ttft_target_s, settings.tpot_target_s, settings.target_utilization)
+        self.capacity = CapacityPlanner(
+            slo,
+            window_s=settings.capacity_window_s,
+            scale_down_window_s=settings.scale_down_window_s,
+            min_workers=settings.min_workers,
+            max_workers=settings.max_workers,
+        )
+        self.capacity_reader = CapacityReader(self.r, self.capacity, list(settings.plan_models))
 
     async def start(self) -> Decision:
         """Set up groups, load the policy in force, publish a first decision."""
@@ -71,7 +86,7 @@ class PlannerService:
         await wait_for_redis(self.r, "planner")
         await retry_redis("planner start", self.start, max_backoff_s=1.0)
         await retry_redis("planner status", self.write_status, max_backoff_s=1.0)  # seen at once, not in 1 s
-        http = self.metrics.serve_http(self.settings.metrics_port, self.settings.metrics_host)
+        http = self.metrics.serve_http(self.settings.metrics_port, self.settings.metrics_host, self.health)
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(every, 1.0, self.write_status, "status")
@@ -79,6 +94,7 @@ class PlannerService:
                 tg.start_soon(keep_running, "telemetry", self._gather_telemetry)
                 tg.start_soon(keep_running, "control", self.read_control)
                 tg.start_soon(every, self.settings.decide_s, self.decide, "decide")
+                tg.start_soon(every, self.settings.capacity_s, self.plan_capacity, "capacity")
         finally:
             if http is not None:
                 http.shutdown()
@@ -116,6 +132,7 @@ class PlannerService:
                 continue
             if isinstance(msg, Telemetry):
                 try:
+                    self.capacity.observe(msg)
                     self.slot.policy.observe(msg)
                     self.observed += 1
                     self.metrics.observe_telemetry(msg)
@@ -149,7 +166,7 @@ class PlannerService:
                 log.error("skipping malformed control entry %s: %s", entry_id, exc)
                 await self._publish(f"error: malformed policy command: {exc}")
             else:
-                await self.apply(cmd)
+                await self.apply(cmd.model_copy(update={"id": id_str(entry_id)}))
             await self.r.xack(keys.PLANNER_CONTROL_STREAM, keys.PLANNER_CONTROL_GROUP, entry_id)
         return len(got)
 
@@ -164,11 +181,27 @@ class PlannerService:
         self._hand_profile()
         return await self._publish(f"policy {old} -> {cmd.policy} {cmd.params} by {cmd.requested_by}")
 
+    def health(self, path: str) -> tuple[int, dict[str, Any]]:
+        """The planner's probes (beside /metrics on ``--metrics-port``): 200 while its decide
+        loop has run within ``STALL_S`` (and, but for /health/live, it has published)."""
+        age = time.monotonic() - self._decided_at
+        body = {
+            "policy": self.slot.name,
+            "version": self.publisher.last.version if self.publisher.last else 0,
+        }
+        ok = age <= STALL_S and (path == "/health/live" or self.publisher.last is not None)
+        return (200 if ok else 503), {
+            "status": "ok" if ok else "not_ready",
+            "decide_age_s": round(age, 3),
+            **body,
+        }
+
     async def decide(self) -> Decision | None:
         """Ask the policy; publish when the choice changed or the last decision is aging."""
+        self._decided_at = time.monotonic()
         now = time.time()
         last = self.publisher.last
-        aging = last is None or now - last.created_at >= self.settings.republish_s
+        aging = last is None or now - last.created_at >= self.settings.republish_every_s
         published = None
         try:
             choice = self.slot.policy.decide(now)
@@ -176,11 +209,23 @@ class PlannerService:
             log.exception("policy %s failed to decide", self.slot.name)
             choice = None
         if choice is not None and (aging or self.publisher.changed(choice, self.slot.name)):
-            published = await self.publisher.publish(choice, self.slot.name, choice.note)
+            name, cmd_id = self.slot.name, self.slot.command.id
+            published = await self.publisher.publish(choice, name, choice.note, cmd_id)
         if time.monotonic() - self._saved_at >= self.settings.state_save_s:
             await self.slot.save_state()
             self._saved_at = time.monotonic()
         return published
+
+    async def plan_capacity(self, now: float | None = None) -> dict[str, int]:
+        """Estimate the workers each model needs (planner/capacity.py), export it, and publish
+        a decision carrying it when it changed."""
+        desired = await self.capacity_reader.refresh(now)
+        self.metrics.observe_capacity(self.capacity)
+        if desired != self.publisher.desired_workers:
+            self.publisher.desired_workers = desired
+            log.info("desired workers: %s", ", ".join(f"{m} {n}" for m, n in desired.items()) or "none")
+            await self.decide()
+        return desired
 
     async def _watch_profile(self) -> None:
         """One look at the profiles, after ``profile_check_s`` — or ``PROFILE_WAIT_S`` while
@@ -217,4 +262,4 @@ class PlannerService:
     async def _publish(self, note: str) -> Decision:
         choice = self.slot.policy.decide(time.time())
         note = f"{note}: {choice.note}" if choice.note else note
-        return await self.publisher.publish(choice, self.slot.name, note)
+        return await self.publisher.publish(choice, self.slot.name, note, self.slot.command.id)

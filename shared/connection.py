@@ -8,12 +8,17 @@ fakeredis client on one process-wide ``FakeServer``: the zero-setup default, wit
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlsplit
 
 import redis.asyncio as aioredis
+from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
+from redis.asyncio.sentinel import SentinelManagedConnection
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from shared.settings import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_CONNECTIONS  # re-exported
+from shared.settings import RuntimeSettings
 
 if TYPE_CHECKING:
     import fakeredis
@@ -23,16 +28,61 @@ ENV_VAR = "NIGHTJAR_REDIS_URL"
 MAX_CONNECTIONS_VAR = "NIGHTJAR_REDIS_MAX_CONNECTIONS"
 # Every open event stream holds a connection in a blocking XREAD, so a gateway under load
 # needs one per client in flight; redis-py's default pool (100, then an error) is far too
-# small. Past the cap a caller waits for a free connection instead of failing.
-DEFAULT_MAX_CONNECTIONS = 10_000
+# small. Past the cap (RuntimeSettings.redis_max_connections) a caller waits for a
+# free connection instead of failing.
 POOL_WAIT_S = 30.0
 
 _fake_server: fakeredis.FakeServer | None = None
 _fake_lock = threading.Lock()
 
 
+class _ClosedTransportIsConnectionError:
+    """Under uvloop, a write on a transport the server closed (a Redis that died since the
+    connection was last used) raises ``RuntimeError("unable to perform operation on
+    <TCPTransport closed=True ...>")``, which redis-py passes through: a Redis Cluster client
+    then neither marks the node failed nor finds the promoted replica, and a service loop
+    that rides out Redis outages (``RedisError``) dies instead. Here it is the
+    ``ConnectionError`` it is (the connection is already dropped by redis-py)."""
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        try:
+            await super().send_packed_command(command, check_health)  # type: ignore[misc]
+        except RuntimeError as exc:
+            if "closed" not in str(exc):
+                raise
+            raise RedisConnectionError(f"Error while writing to socket: {exc}") from exc
+
+
+class _Connection(_ClosedTransportIsConnectionError, Connection):
+    pass
+
+
+class _SSLConnection(_ClosedTransportIsConnectionError, SSLConnection):
+    pass
+
+
+class _UnixConnection(_ClosedTransportIsConnectionError, UnixDomainSocketConnection):
+    pass
+
+
+class _SentinelConnection(_ClosedTransportIsConnectionError, SentinelManagedConnection):
+    pass
+
+
+_SAFE: dict[type, type] = {
+    Connection: _Connection,
+    SSLConnection: _SSLConnection,
+    UnixDomainSocketConnection: _UnixConnection,
+}
+
+
 def default_url() -> str:
-    return os.environ.get(ENV_VAR, DEFAULT_URL)
+    """NIGHTJAR_REDIS_URL, else ``memory://``."""
+    return RuntimeSettings().redis_url
+
+
+def _max_connections() -> int:
+    return RuntimeSettings().redis_max_connections
 
 
 def fake_server() -> fakeredis.FakeServer:
@@ -64,13 +114,14 @@ def connect(url: str | None = None) -> aioredis.Redis:
         # redis-py's default socket_timeout=5 would cut XREADGROUP BLOCK waits short.
         pool = aioredis.BlockingConnectionPool.from_url(
             url,
-            max_connections=int(os.environ.get(MAX_CONNECTIONS_VAR, DEFAULT_MAX_CONNECTIONS)),
+            max_connections=_max_connections(),
             timeout=POOL_WAIT_S,
             decode_responses=False,
             socket_timeout=None,
             health_check_interval=30,
             **_reconnect_once(),
         )
+        pool.connection_class = _SAFE.get(pool.connection_class, pool.connection_class)
         return aioredis.Redis(connection_pool=pool)
     if url.startswith("redis+sentinel://"):
         return _sentinel(url)
@@ -122,6 +173,7 @@ def _sentinel(url: str) -> aioredis.Redis:
     return sentinel.master_for(
         path[0],
         redis_class=aioredis.Redis,
+        connection_class=_SentinelConnection,
         db=db,
         password=password,
         decode_responses=False,
@@ -143,6 +195,10 @@ def _cluster(url: str) -> aioredis.Redis:
         ssl=url.startswith("rediss+"),
         decode_responses=False,
         socket_timeout=None,
-        max_connections=int(os.environ.get(MAX_CONNECTIONS_VAR, DEFAULT_MAX_CONNECTIONS)),
+        max_connections=_max_connections(),
     )
+    # The nodes it discovers (every node, at the first command) are made with these options;
+    # RedisCluster takes no connection class of its own.
+    options = client.nodes_manager.connection_kwargs
+    options["connection_class"] = _SAFE.get(options["connection_class"], options["connection_class"])
     return cast(aioredis.Redis, client)

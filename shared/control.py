@@ -70,7 +70,8 @@ class StepStats(BaseModel):
     draft_time: float = 0.0
     verify_time: float = 0.0
     other_time: float = 0.0  # includes catch-up (switch_costs) and counterfactual_time
-    counterfactual_time: float = 0.0  # scoring the other drafters on the verified tokens
+    counterfactual_time: float = 0.0  # scoring the other drafters (verified tokens, new prompts)
+    prompts_scored: int = 0  # new sequences whose prompt every drafter scored (the cost rule)
     proposed: int = 0  # draft tokens proposed this step
     accepted: int = 0  # draft tokens accepted this step
     num_drafts: int = 0  # sequences that drafted this step
@@ -101,6 +102,23 @@ class Telemetry(StepStats, Message):
     worker_id: str
     ts: float = Field(default_factory=time.time)
     queue_depth: int = 0  # waiting in the engine + pending on the job stream
+
+
+Seconds = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+DrafterName = Annotated[str, Field(max_length=MAX_NAME)]
+
+
+class StepCosts(BaseModel):
+    """The planner's prediction of one step at ``batch`` decoding sequences: ``plain_s`` for a
+    plain step (γ = 0), ``spec_s[drafter][γ − 1]`` for a step that drafts γ tokens per sequence
+    with that drafter and verifies them (drafting, the verify forward and what speculating adds,
+    as served). What the cost rule (worker/engine/spec/plan.py) divides by E(α, γ)."""
+
+    model_config = ConfigDict(extra="forbid")
+    batch: int = Field(ge=1)
+    plain_s: Seconds
+    spec_s: dict[DrafterName, list[Seconds]] = Field(default_factory=dict, max_length=64)
 
 
 class Decision(Message):
@@ -135,9 +153,30 @@ class Decision(Message):
         default_factory=list, max_length=64
     )
     offload: bool = False
+    # The cost rule (worker/engine/spec/plan.py): with ``step_costs`` (ascending batch sizes,
+    # interpolated between them), each decoding sequence drafts with the (drafter, γ) of least
+    # predicted time per token at its own acceptance — its prompt's teacher-forced score and its
+    # own verifications, from ``acceptance`` (per drafter, the prior mean) — and keeps it at least
+    # ``hold_steps`` steps unless its batch-size class changes. ``gamma_table`` and ``drafter``
+    # then only describe the decision (γ and drafter at the prior acceptance). Empty: they decide.
+    step_costs: list[StepCosts] = Field(default_factory=list, max_length=64)
+    acceptance: dict[DrafterName, Probability] = Field(default_factory=dict, max_length=64)
+    # Per drafter, the highest acceptance a sequence could plausibly have (the prior's upper
+    # bound): where no drafter pays even there, the workers do no speculative work at all.
+    acceptance_hi: dict[DrafterName, Probability] = Field(default_factory=dict, max_length=64)
+    hold_steps: int = Field(default=1, ge=1, le=1 << 16)
+    # Workers each model needs under the planner's SLO (planner/capacity.py): for operators
+    # and autoscalers (also the gauge nightjar:planner_desired_workers); workers ignore it.
+    desired_workers: dict[
+        Annotated[str, Field(max_length=MAX_NAME)], Annotated[int, Field(ge=0, le=1_000_000)]
+    ] = Field(default_factory=dict, max_length=1024)
     created_at: float = Field(default_factory=time.time)
     valid_for_s: float = 30.0
     note: str = ""
+    # The control-stream entry id of the PolicyCommand whose policy made this decision ("" for
+    # the planner's own default). Every decision of that policy keeps it — periodic republishes
+    # too, whose note no longer says who asked — so a caller knows when its swap is in force.
+    command_id: str = Field(default="", max_length=64)
 
     def gamma_for(self, batch_size: int) -> int:
         for upper, gamma in self.gamma_table:
@@ -157,6 +196,7 @@ class PolicyCommand(Message):
     params: dict[str, Any] = Field(default_factory=dict)
     requested_by: str = "cli"
     ts: float = Field(default_factory=time.time)
+    id: str = Field(default="", max_length=64)  # its control-stream entry id, once the planner read it
 
 
 class WorkerInfo(Message):
@@ -175,6 +215,7 @@ class WorkerInfo(Message):
     fallback: bool = False
     max_model_len: int = 0  # the model's context in tokens (0: not known)
     draining: bool = False  # finishing its jobs before it stops: takes no new ones
+    drafters: list[str] = Field(default_factory=list)  # the drafters it offers (names)
 
     def is_alive(self, now: float | None = None, timeout_s: float = 15.0) -> bool:
         return (now if now is not None else time.time()) - self.ts <= timeout_s

@@ -28,7 +28,7 @@ class ErrorCode(StrEnum):
     DEAD_LETTER = "dead_letter"  # started too many times without finishing
     INTERNAL = "internal"
     UNAVAILABLE = "unavailable"  # the job store (Redis) or every worker is unreachable
-    ADMIN_DISABLED = "admin_disabled"
+    ADMIN_DISABLED = "admin_disabled"  # an admin route while no admin token is configured
     TIMEOUT = "timeout"  # the request's deadline passed before it finished
 
 
@@ -48,7 +48,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.DEAD_LETTER: 500,
     ErrorCode.INTERNAL: 500,
     ErrorCode.UNAVAILABLE: 503,
-    ErrorCode.ADMIN_DISABLED: 503,
+    ErrorCode.ADMIN_DISABLED: 403,  # closed until configured: the client cannot fix it by retrying
     ErrorCode.TIMEOUT: 504,
 }
 

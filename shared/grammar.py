@@ -5,7 +5,8 @@ engine rejects before a job is queued; the worker's engine compiles the same tex
 (``grammar_text``) against its tokenizer (worker/engine/grammar.py). Both are cached per
 constraint. JSON is generated on one line with ``", "`` and ``": "`` between items (no free
 whitespace: a weak model cannot wander off into blanks), unless a schema's own
-``x-guidance`` says otherwise.
+``x-guidance`` says otherwise. A regex, like a schema's ``pattern``, has ECMA-262's ``\\d``,
+``\\w`` and ``\\s`` (``shared/ecma_regex.py``); a Lark grammar's terminals keep Lark's syntax.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from functools import lru_cache
 
 import llguidance
 
+from shared.ecma_regex import ecma_classes, ecma_schema
 from shared.structured import StructuredOutput, Tool
 
 JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
@@ -37,10 +39,10 @@ def _grammar(key: str) -> str:
     spec = StructuredOutput.model_validate_json(key)
     try:
         if spec.json_schema is not None or spec.json_object:
-            schema = spec.json_schema if spec.json_schema is not None else ANY_OBJECT
+            schema = ecma_schema(spec.json_schema) if spec.json_schema is not None else ANY_OBJECT
             return llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS)  # type: ignore[arg-type]
-        if spec.regex is not None:
-            return llguidance.LLMatcher.grammar_from_regex(spec.regex)
+        if spec.regex is not None:  # ECMA-262's \d \w \s, as JSON Schema's pattern has them
+            return llguidance.LLMatcher.grammar_from_regex(ecma_classes(spec.regex))
         if spec.choice is not None:
             return llguidance.grammar_from("choice", json.dumps(spec.choice))
         assert spec.grammar is not None
@@ -70,7 +72,7 @@ def tool_call_grammar(tools: list[Tool], parallel: bool) -> StructuredOutput:
             "type": "object",
             "properties": {
                 "name": {"const": t.function.name},
-                "arguments": t.function.parameters or ANY_OBJECT,
+                "arguments": ecma_schema(t.function.parameters) if t.function.parameters else ANY_OBJECT,
             },
             "required": ["name", "arguments"],
             "additionalProperties": False,

@@ -2,7 +2,11 @@
 
 Every name is under the ``nightjar:`` prefix, after vLLM's ``vllm:`` ones
 (``nightjar:time_to_first_token_seconds`` …), labelled by ``model`` and ``worker`` where
-they apply. Each service instance keeps its metrics in its own ``CollectorRegistry``
+they apply. Beside them, vLLM's own families under their own names and labels
+(``vllm:…`` with ``model_name`` and ``engine``; the API server's ``http_requests_total``), so
+vLLM's Grafana dashboards work unchanged: a ``MetricSet`` whose ``prefix`` is ``vllm:`` (or
+empty) names them (worker/vllm_metrics.py, gateway/metrics.py). Each service instance keeps
+its metrics in its own ``CollectorRegistry``
 (``MetricSet``), so tests may build many services in one process; the *process view*
 (``render_process`` / ``serve``) merges every live registry of the process, which is how
 ``nightjar up`` shows the gateway's, the worker's and the planner's metrics on the
@@ -12,11 +16,15 @@ gateway's ``/metrics``. A standalone worker or planner serves the same view on
 
 from __future__ import annotations
 
+import json
 import logging
+import socket
 import threading
 import weakref
-from collections.abc import Iterable, Iterator
-from wsgiref.simple_server import WSGIServer
+from collections.abc import Callable, Iterable, Iterator
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -26,7 +34,7 @@ from prometheus_client import (
     Histogram,
     disable_created_metrics,
     generate_latest,
-    start_http_server,
+    make_wsgi_app,
 )
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
@@ -34,6 +42,7 @@ from prometheus_client.registry import Collector
 log = logging.getLogger(__name__)
 
 PREFIX = "nightjar:"
+VLLM_PREFIX = "vllm:"
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 disable_created_metrics()  # no *_created series: they double every counter and histogram
@@ -60,12 +69,27 @@ _LIVE: list[weakref.ref[CollectorRegistry]] = []
 _LIVE_LOCK = threading.Lock()
 
 
-def metric_name(name: str) -> str:
-    return name if name.startswith(PREFIX) else PREFIX + name
+def metric_name(name: str, prefix: str = PREFIX) -> str:
+    return name if name.startswith(prefix) else prefix + name
+
+
+# vLLM's request-length buckets: 1, 2, 5, 10, 20, 50, … up to the longest context.
+def buckets_1_2_5(limit: int) -> tuple[float, ...]:
+    out: list[int] = []
+    scale = 1
+    while True:
+        for m in (1, 2, 5):
+            if m * scale > limit:
+                return tuple(float(x) for x in out)
+            out.append(m * scale)
+        scale *= 10
 
 
 class MetricSet:
-    """One service instance's metrics in a registry of its own, part of the process view."""
+    """One service instance's metrics in a registry of its own, part of the process view;
+    every name it makes is under ``prefix``."""
+
+    prefix = PREFIX
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -75,21 +99,26 @@ class MetricSet:
             _LIVE.append(weakref.ref(self.registry))
 
     def counter(self, name: str, doc: str, labels: Iterable[str] = ()) -> Counter:
-        return Counter(metric_name(name), doc, list(labels), registry=self.registry)
+        return Counter(metric_name(name, self.prefix), doc, list(labels), registry=self.registry)
 
     def gauge(self, name: str, doc: str, labels: Iterable[str] = ()) -> Gauge:
-        return Gauge(metric_name(name), doc, list(labels), registry=self.registry)
+        return Gauge(metric_name(name, self.prefix), doc, list(labels), registry=self.registry)
 
     def histogram(
         self, name: str, doc: str, labels: Iterable[str] = (), buckets: tuple[float, ...] = E2E_BUCKETS
     ) -> Histogram:
-        return Histogram(metric_name(name), doc, list(labels), registry=self.registry, buckets=buckets)
+        return Histogram(
+            metric_name(name, self.prefix), doc, list(labels), registry=self.registry, buckets=buckets
+        )
 
-    def serve_http(self, port: int | None, host: str = "127.0.0.1") -> WSGIServer | None:
-        """``serve`` the process view when a port is given (None: no HTTP server)."""
+    def serve_http(
+        self, port: int | None, host: str = "127.0.0.1", health: Health | None = None
+    ) -> WSGIServer | None:
+        """``serve`` the process view (and ``health`` under /health) when a port is given
+        (None: no HTTP server)."""
         if port is None:
             return None
-        server, _ = serve(port, host)
+        server, _ = serve(port, host, health)
         self.http_server = server
         log.info("metrics at http://%s:%d/metrics", host, server.server_port)
         return server
@@ -133,10 +162,58 @@ def render_process() -> bytes:
     return generate_latest(PROCESS_REGISTRY)
 
 
-def serve(port: int, host: str = "127.0.0.1") -> tuple[WSGIServer, threading.Thread]:
-    """Serve the process view on ``http://host:port/metrics`` from a daemon thread
-    (port 0: any free port, see ``server.server_port``); ``server.shutdown()`` stops it."""
-    return start_http_server(port, addr=host, registry=PROCESS_REGISTRY)
+# A service's health: request path (/health, /health/live, /health/ready) -> (HTTP status,
+# JSON body). Called from the HTTP server's thread: it must only read the service's state.
+Health = Callable[[str], tuple[int, dict[str, Any]]]
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # a scrape or a probe every few seconds is not worth a log line
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+def _app(health: Health | None) -> Callable[..., Iterable[bytes]]:
+    metrics = make_wsgi_app(PROCESS_REGISTRY)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = str(environ.get("PATH_INFO", ""))
+        if not path.startswith("/health"):
+            return metrics(environ, start_response)
+        if health is None or path not in ("/health", "/health/live", "/health/ready"):
+            status, body = 404, {"error": "not found"}
+        else:
+            try:
+                status, body = health(path)
+            except Exception as exc:  # a probe must get an answer, never a dropped connection
+                status, body = 503, {"status": "error", "error": repr(exc)}
+        raw = json.dumps(body).encode()
+        reason = {200: "OK", 404: "Not Found"}.get(status, "Service Unavailable")
+        start_response(
+            f"{status} {reason}", [("Content-Type", "application/json"), ("Content-Length", str(len(raw)))]
+        )
+        return [raw]
+
+    return app
+
+
+def serve(
+    port: int, host: str = "127.0.0.1", health: Health | None = None
+) -> tuple[WSGIServer, threading.Thread]:
+    """Serve the process view on ``http://host:port/metrics`` (and, with ``health``, the
+    service's /health, /health/live and /health/ready: Kubernetes' probes) from a daemon
+    thread (port 0: any free port, see ``server.server_port``); ``server.shutdown()`` stops it."""
+
+    class Server(_ThreadingServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    httpd = make_server(host, port, _app(health), Server, handler_class=_Quiet)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True, name="metrics-http")
+    thread.start()
+    return httpd, thread
 
 
 def bucket_label(upper: int) -> str:

@@ -145,6 +145,9 @@ class JobRequest(Message):
     # for the result alone (OpenAI's non-streaming routes, batches), so the worker writes the
     # tokens at most every ``progress_s`` and the rest with the result.
     output_kind: Literal["delta", "final_only"] = "delta"
+    # The client asked for its tokens' speculation facts (``TokenEvent.spec``: which were
+    # accepted drafts, each step's drafter and γ): the chat page, ``nightjar chat``.
+    include_spec: bool = False
 
     @field_validator("metadata")
     @classmethod
@@ -238,11 +241,63 @@ class Logprobs(BaseModel):
         return out
 
 
+MAX_SPEC_GAMMA = 1024  # bounds of the speculation facts (the engine's γ is far below)
+
+
+class SpecStep(BaseModel):
+    """What speculation did for a job in one engine step: its ``tokens`` are ``accepted``
+    drafts (of ``drafted`` proposed by ``drafter``, ``gamma`` asked for), then the target's
+    own token (after a rejection, after every draft passed, or with nothing drafted) unless
+    the step's output was cut there (EOS, max_tokens, a stop)."""
+
+    model_config = ConfigDict(extra="forbid")
+    tokens: int = Field(ge=0, le=MAX_SPEC_GAMMA + 1)
+    accepted: int = Field(default=0, ge=0, le=MAX_SPEC_GAMMA)
+    drafted: int = Field(default=0, ge=0, le=MAX_SPEC_GAMMA)
+    gamma: int = Field(default=0, ge=0, le=MAX_SPEC_GAMMA)
+    drafter: str | None = Field(default=None, max_length=MAX_MODEL_NAME)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SpecStep:
+        if not (self.accepted <= min(self.drafted, self.tokens) and self.tokens <= self.accepted + 1):
+            raise ValueError("a step emits its accepted drafts and at most one token more")
+        return self
+
+
+class SpecSpan(BaseModel):
+    """A run of an event's text produced by one output token: ``token`` is its position in
+    the output, ``drafted`` whether it was an accepted draft (None: not known, a token an
+    earlier attempt of the job produced)."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: str
+    token: int = Field(ge=0)
+    drafted: bool | None = None
+
+
+class Speculation(BaseModel):
+    """A token event's speculation facts (asked for: ``JobRequest.include_spec``). ``steps``
+    are the engine steps whose tokens are the event's ``token_ids`` (their ``tokens`` add up
+    to its length), ``spans`` the event's ``text`` cut where the token that produced it
+    changes (joined, they are the text: a character held back, for a stop string or an
+    unfinished UTF-8 sequence, belongs to the token that completed it)."""
+
+    model_config = ConfigDict(extra="forbid")
+    steps: list[SpecStep] = Field(default_factory=list)
+    spans: list[SpecSpan] = Field(default_factory=list)
+
+    @property
+    def drafted(self) -> list[bool]:
+        """One flag per token of the event: an accepted draft, or the target's own token."""
+        return [j < s.accepted for s in self.steps for j in range(s.tokens)]
+
+
 class TokenEvent(JobEvent):
     """New output tokens; ``index`` is the position of the first one in the output.
     ``logprobs`` (asked for: ``SamplingParams.logprobs``) covers exactly ``token_ids``;
     ``prompt_logprobs`` (``SamplingParams.prompt_logprobs``) comes once, on the job's first
-    token event."""
+    token event. ``spec`` (asked for: ``JobRequest.include_spec``) says which of the tokens
+    were accepted drafts, and which token produced each part of the text."""
 
     kind: ClassVar[str] = "token"
     index: int
@@ -250,6 +305,16 @@ class TokenEvent(JobEvent):
     text: str
     logprobs: Logprobs | None = None
     prompt_logprobs: Logprobs | None = None
+    spec: Speculation | None = None
+
+    @model_validator(mode="after")
+    def _spec_covers_the_event(self) -> TokenEvent:
+        if self.spec is not None:
+            if sum(s.tokens for s in self.spec.steps) != len(self.token_ids):
+                raise ValueError("spec steps must account for exactly the event's tokens")
+            if "".join(p.text for p in self.spec.spans) != self.text:
+                raise ValueError("spec spans must be the event's text")
+        return self
 
 
 class FinishEvent(JobEvent):

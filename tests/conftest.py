@@ -1,6 +1,13 @@
 """Suite-wide setup and the fixtures most folders share."""
 
+import atexit
 import os
+import shutil
+import tempfile
+
+# Every test, and every process a test starts, caches under a folder of this session's (cost
+# profiles, `nightjar up`'s store address), never in the developer's ~/.cache/nightjar.
+os.environ["NIGHTJAR_CACHE"] = tempfile.mkdtemp(prefix="nightjar-test-cache-")
 
 # Triton reads this when a kernel is decorated, so it must be set before any test module
 # imports nj_kernels.triton_*: Triton kernels then run on CPU tensors through its interpreter.
@@ -13,6 +20,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from shared.connection import connect, reset_fake_server
+
+atexit.register(shutil.rmtree, os.environ["NIGHTJAR_CACHE"], True)
 
 
 @pytest.fixture

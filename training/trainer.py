@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from shared.progress import Progress
+
 Batch = dict[str, torch.Tensor]
 LossFn = Callable[[torch.Tensor, Batch], torch.Tensor]
 CALIBRATION_STEPS = 8
@@ -100,6 +102,7 @@ def train_loop(model: nn.Module, next_batch: Callable[[], Batch], loss_fn: LossF
     step_times: list[float] = []
     start = time.perf_counter()
     step = 0
+    progress = Progress("  training", total, "steps", say=log)  # a line a second, with the ETA
     while total is None or step < total:
         t0 = time.perf_counter()
         factor = lr_factor(step, total or 10**9, cfg.warmup, cfg.min_lr_ratio)
@@ -120,11 +123,15 @@ def train_loop(model: nn.Module, next_batch: Callable[[], Batch], loss_fn: LossF
             per_step = statistics.median(step_times[1:])
             total = max(step + 1, int(cfg.budget_s / per_step))
             log(f"  {per_step:.2f} s/step measured: training for {total} steps")
+            progress.total = total
         if step % cfg.log_every == 0 or step == total:
             result.losses.append(sum(window) / len(window))
             window.clear()
             elapsed = time.perf_counter() - start
             log(f"  step {step}/{total} loss {result.losses[-1]:.4f} lr {cfg.lr * factor:.2e} {elapsed:.0f}s")
+            progress.said_elsewhere()
+        else:
+            progress.update(step, f"loss {window[-1]:.4f}")
     result.steps = step
     result.seconds = time.perf_counter() - start
     model.eval()

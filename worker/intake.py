@@ -61,6 +61,12 @@ class JobIntake:
             return []
         return entries(resp)
 
+    def block_ms(self, limit_ms: int) -> int:
+        """How long a read of new entries may block: ``limit_ms``, but never past the next
+        sweep (a blocked read would otherwise hold an orphan back by up to ``limit_ms``)."""
+        until_sweep_s = max(0.0, self._claim_due - time.monotonic())
+        return max(1, min(limit_ms, int(until_sweep_s * 1000)))  # (BLOCK 0 would block for ever)
+
     async def autoclaim(self, count: int) -> list[Entry]:
         """Take over up to ``count`` entries idle past the claim limit on any consumer: a
         sweep at most every ``autoclaim_s`` (no round trip in between), except that a sweep

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from shared.schemas import FinishEvent, FinishReason, JobRequest, Logprobs, Message, TokenEvent
+from shared.schemas import (
+    FinishEvent,
+    FinishReason,
+    JobRequest,
+    Logprobs,
+    Message,
+    SpecSpan,
+    SpecStep,
+    Speculation,
+    TokenEvent,
+)
 from worker.detokenizer import Decoder, IncrementalDetokenizer, StopText
-from worker.engine.api import EngineRequest
+from worker.engine.api import DraftOutcome, EngineRequest
 
 
 @dataclass(frozen=True)
@@ -53,6 +64,10 @@ class JobRun:
     ``lease`` is the fence this worker holds on the job (worker/leases.py); ``done`` turns
     true once the final event is handed to the outbox, after which outputs are ignored.
     ``progress_s``: how often a ``final_only`` job's tokens become events (``feed``).
+
+    A job that asks for its speculation facts (``include_spec``) also keeps, per output
+    token, whether it was an accepted draft and where its text ends in the (uncut) text, so
+    each event's ``spec`` gives its steps and its text token by token.
     """
 
     def __init__(
@@ -78,7 +93,13 @@ class JobRun:
         self.cancelled = False  # a cancel for it came (worker/running.py ``cancel``)
         self.attempt = 1  # this delivery's number (worker/admission.py sets it)
         self.output: list[int] = []
+        # Times (wall clock, like the job's created_at) for the request metrics: handed to the
+        # engine, first and last output; the gaps between consecutive outputs (one a step).
+        self.started_at = time.time()
         self.first_token_at: float | None = None
+        self.last_token_at: float | None = None
+        self.gaps: list[float] = []
+        self.cached_prompt_tokens = 0  # prompt tokens the engine's prefix cache served
         self._progress_s = progress_s if job.output_kind == "final_only" else None
         self._released_at = time.monotonic()
         self._detok = IncrementalDetokenizer(tokenizer, prompt_ids)
@@ -104,9 +125,13 @@ class JobRun:
             self._logprobs = unknown
         self._prompt_logprobs = resume.prompt_logprobs
         self._prompt_sent = resume.prompt_logprobs is not None
+        self._spec = job.include_spec
+        self._drafted: list[bool | None] = []  # per output token (None: an earlier attempt's)
+        self._ends: list[int] = []  # per output token: the uncut text's length once it was decoded
+        self._chars = 0  # characters decoded so far, before any stop-string cut
+        self._steps: list[SpecStep] = []  # steps whose tokens no event carried yet
         for token in resume.token_ids:  # what was sent already: replayed, not re-emitted
-            self.output.append(token)
-            self._text.push(self._detok.add(token))
+            self._push(token, None)
         self._sent = (len(self.output), max(self._text.released, resume.chars))  # in events so far
 
     def engine_request(self) -> EngineRequest:
@@ -144,37 +169,91 @@ class JobRun:
         """A stop string or stop token appeared: the job is done, the engine should abort it."""
         return self._text.stopped or self._stopped_by_id
 
+    def _push(self, token: int, drafted: bool | None) -> None:
+        """One more output token through detokenization and stop strings."""
+        self.output.append(token)
+        delta = self._detok.add(token)
+        if self._spec:
+            if not self._text.stopped:
+                self._chars += len(delta)
+            self._ends.append(self._chars)
+            self._drafted.append(drafted)
+        self._text.push(delta)
+
     def feed(
-        self, token_ids: list[int], logprobs: Logprobs | None = None, prompt_logprobs: Logprobs | None = None
+        self,
+        token_ids: list[int],
+        logprobs: Logprobs | None = None,
+        prompt_logprobs: Logprobs | None = None,
+        outcomes: Sequence[DraftOutcome] = (),
     ) -> list[TokenEvent]:
-        """Take the engine's new tokens (tokens after a stop string are dropped) and their
-        logprobs (one entry per token) when the job asks for them; the events to write.
+        """Take the engine's new tokens (tokens after a stop string are dropped), their
+        logprobs (one entry per token) when the job asks for them and the steps' draft
+        outcomes (``RequestOutput.outcomes``); the events to write.
 
         A job whose client may follow its tokens (``delta``) gets an event for each step's
         new text. A ``final_only`` one (its client waits for the result alone) gets one for
         everything since the last only every ``progress_s``, and the rest with ``finish``:
         writing every step's tokens cost the worker and Redis more than anyone reads."""
-        if token_ids and self.first_token_at is None:
-            self.first_token_at = time.time()
+        if token_ids:
+            now = time.time()
+            if self.last_token_at is not None:
+                self.gaps.append(now - self.last_token_at)
+            self.first_token_at = now if self.first_token_at is None else self.first_token_at
+            self.last_token_at = now
         if prompt_logprobs is not None and self._prompt_logprobs is None:
             self._prompt_logprobs = self._render(prompt_logprobs.slice(0, len(self.prompt_ids)))
         rendered = self._render(logprobs) if self._logprobs is not None and logprobs is not None else None
+        flags = [j < o.accepted for o in outcomes for j in range(o.tokens)] if self._spec else []
+        taken = 0
         for i, token in enumerate(token_ids):
             if self.stopped:
                 break
             if token in self._stop_ids:  # a stop token ends the output; it is not part of it
                 self._stopped_by_id = True
                 break
-            self.output.append(token)
-            self._text.push(self._detok.add(token))
+            self._push(token, flags[i] if i < len(flags) else None)
+            taken += 1
             if self._logprobs is not None and rendered is not None:
                 self._logprobs.append(rendered.slice(i, i + 1))
+        if self._spec:
+            self._take_steps(outcomes, taken, len(token_ids))
         if self._progress_s is not None:
             now = time.monotonic()
             if now - self._released_at < self._progress_s:
                 return []
             self._released_at = now
         return self._events()
+
+    def _take_steps(self, outcomes: Sequence[DraftOutcome], taken: int, given: int) -> None:
+        """Keep the steps of the ``taken`` tokens that joined the output (a stop drops the
+        rest); an engine that gave no outcomes for them gets one plain step."""
+        if sum(o.tokens for o in outcomes) != given:
+            outcomes = [DraftOutcome(tokens=given)] if given else []
+        left = taken
+        for o in outcomes:
+            if left <= 0:
+                break
+            n = min(o.tokens, left)
+            # without outcomes the tokens' flags are unknown: counted as none drafted
+            accepted = min(o.accepted, n)
+            self._steps.append(
+                SpecStep(tokens=n, accepted=accepted, drafted=o.drafted, gamma=o.gamma, drafter=o.drafter)
+            )
+            left -= n
+
+    def _spans(self, start: int, stop: int) -> list[SpecSpan]:
+        """Text ``start .. stop`` cut where the output token that produced it changes."""
+        out: list[SpecSpan] = []
+        text, pos = self._text.text, start
+        if not self._ends:
+            return [SpecSpan(text=text[start:stop], token=0)] if stop > start else []
+        while pos < stop:
+            i = min(bisect_right(self._ends, pos), len(self._ends) - 1)
+            end = stop if i == len(self._ends) - 1 else min(stop, self._ends[i])
+            out.append(SpecSpan(text=text[pos:end], token=i, drafted=self._drafted[i]))
+            pos = end
+        return out
 
     def _render(self, lp: Logprobs) -> Logprobs:
         """``lp`` with each token's text (the tokenizer's rendering of that token alone)."""
@@ -194,7 +273,11 @@ class JobRun:
     def finish(self, reason: FinishReason) -> tuple[list[TokenEvent], FinishEvent]:
         """The last text events (what was held back) and the final result."""
         if not self._text.stopped:  # a stop token: the text so far stands, flushed
-            self._text.push(self._detok.flush())
+            tail = self._detok.flush()
+            if self._spec and self._ends:
+                self._chars += len(tail)
+                self._ends[-1] = self._chars  # held for an unfinished character: the last token's
+            self._text.push(tail)
             self._text.flush()
         now = time.time()
         final = FinishEvent(
@@ -224,6 +307,11 @@ class JobRun:
         prompt = None
         if ids and not self._prompt_sent and self._prompt_logprobs is not None:
             prompt, self._prompt_sent = self._prompt_logprobs, True
+        spec = None
+        if self._spec:
+            spec = Speculation(steps=self._steps if ids else [], spans=self._spans(c_from, max(r1, c_from)))
+            if ids:
+                self._steps = []
         return [
             TokenEvent(
                 job_id=self.job_id,
@@ -232,5 +320,6 @@ class JobRun:
                 text=text,
                 logprobs=self._logprobs_of(t_from, n1) if ids else None,
                 prompt_logprobs=prompt,
+                spec=spec,
             )
         ]

@@ -1,12 +1,20 @@
 """Fenced writes: a worker changes a job's record only while it holds the job's lease.
 
-Each start of a job increments the ``lease`` field of its hash (``shared.jobs.LEASE``); the
-worker that started it keeps that number as its fence. Every later write of that worker —
-token events, the result, the acknowledgement, a claim renewal, a hand-back — runs as one
-Lua script that first checks the hash still holds its number. A worker that was paused past
-``--claim-idle`` while another took the job over therefore writes nothing more for it: its
-script answers "lost" and the worker drops the job. The scripts run the same on a real Redis
-and on the embedded store (fakeredis with Lua).
+Each start of a job increments the ``lease`` field of its hash (``shared.jobs.LEASE``) and
+names the worker in ``worker``; the worker that started it keeps that number as its fence.
+Every later write of that worker — token events, the result, the acknowledgement, a claim
+renewal, a hand-back — runs as one Lua script that first checks the hash still holds its
+number and its name. A worker that was paused past ``--claim-idle`` while another took the
+job over therefore writes nothing more for it: its script answers "lost" and the worker drops
+the job. The scripts run the same on a real Redis and on the embedded store (fakeredis with
+Lua).
+
+A Redis failover may lose the last writes a master acknowledged (replication is
+asynchronous): a start, so that another worker starts the job again under the *same* lease
+number — the name tells them apart —, or a write of events, so that the next one would leave
+a gap — each write carries its number (``wseq``), and one that does not follow the last the
+hash holds finds the job lost. Either way the job is given up here and re-run from the events
+Redis does hold (tests/worker/test_leases_failover.py).
 """
 
 from __future__ import annotations
@@ -48,12 +56,14 @@ return out
 # stream. ARGV: TTL, worker id, group, n jobs, then two per job: a header
 # ``lease seq ack status n len1 .. lenN job`` (words: the write number — a write at or below
 # the hash's ``wseq`` was applied already and is skipped, so a retry after a lost reply
-# repeats nothing; 0 = none —, the entry id to ack and the final status, ``-`` when not
+# repeats nothing, and one past ``wseq`` + 1 finds a write missing (lost in a failover): the
+# job is lost here; 0 = none —, the entry id to ack and the final status, ``-`` when not
 # final, the n events' byte lengths, the job id) and the n events' bytes one after the
 # other. A final write's last event is the final one, and the job's result; the job's id
 # then goes on the finished stream. One call writes a whole batch (a script call costs the
 # embedded store ~1 ms, whatever it does), in two arguments a job (packing each argument
-# costs the client too). Returns per job 1, or 0 (lost: nothing written for it).
+# costs the client too). Returns per job 1, or 0 (lost — another lease or worker holds the
+# job, or a write of this lease is missing —: nothing written for it).
 _WRITE = """
 local ttl, worker, group = ARGV[1], ARGV[2], ARGV[3]
 local out = {}
@@ -63,10 +73,14 @@ for j = 1, tonumber(ARGV[4]) do
   for word in string.gmatch(ARGV[3 + 2 * j], '%S+') do h[#h + 1] = word end
   local blob = ARGV[4 + 2 * j]
   local lease, seq, ack, status, n = h[1], tonumber(h[2]), h[3], h[4], tonumber(h[5])
-  if redis.call('HGET', hash, 'lease') ~= lease then
+  local held = redis.call('HMGET', hash, 'lease', 'worker', 'wseq')
+  local last = tonumber(held[3] or '0')
+  if held[1] ~= lease or held[2] ~= worker then
     out[j] = 0
-  elseif seq > 0 and tonumber(redis.call('HGET', hash, 'wseq') or '0') >= seq then
+  elseif seq > 0 and last >= seq then
     out[j] = 1  -- applied already: a retry after a reply lost with the connection
+  elseif seq > 1 and last < seq - 1 then
+    out[j] = 0  -- an earlier write is missing (a failover lost it): give the job up
   else
     if seq > 0 then redis.call('HSET', hash, 'wseq', seq) end
     local pos, ev = 1, ''
@@ -96,14 +110,15 @@ end
 return out
 """.replace("FINISHED_MAXLEN", str(keys.FINISHED_MAXLEN))
 
-# KEYS: job hashes... ARGV: jobs stream, group, consumer, n, then n (lease, entry id) pairs.
-# Renews the entries still held; returns the 1-based indexes of the jobs lost.
+# KEYS: job hashes... ARGV: jobs stream, group, consumer (the worker), n, then n (lease, entry
+# id) pairs. Renews the entries still held; returns the 1-based indexes of the jobs lost.
 _RENEW = """
 local lost = {}
 local n = tonumber(ARGV[4])
 for i = 1, n do
   local lease, entry = ARGV[3 + 2 * i], ARGV[4 + 2 * i]
-  if redis.call('HGET', KEYS[i], 'lease') == lease then
+  local held = redis.call('HMGET', KEYS[i], 'lease', 'worker')
+  if held[1] == lease and held[2] == ARGV[3] then
     redis.call('XCLAIM', ARGV[1], ARGV[2], ARGV[3], 0, entry, 'JUSTID')
   else
     table.insert(lost, i)
@@ -112,11 +127,12 @@ end
 return lost
 """
 
-# KEYS: job hash, jobs stream. ARGV: lease, group, entry id, idle ms, TTL.
+# KEYS: job hash, jobs stream. ARGV: lease, group, entry id, idle ms, TTL, worker id.
 # Gives a running job back: status queued again, the start not counted against
 # max_deliveries, and the entry made idle so that any worker's XAUTOCLAIM takes it at once.
 _HAND_BACK = """
-if redis.call('HGET', KEYS[1], 'lease') ~= ARGV[1] then return 0 end
+local held = redis.call('HMGET', KEYS[1], 'lease', 'worker')
+if held[1] ~= ARGV[1] or held[2] ~= ARGV[6] then return 0 end
 redis.call('HSET', KEYS[1], 'status', 'queued')
 redis.call('HINCRBY', KEYS[1], 'attempts', -1)
 redis.call('EXPIRE', KEYS[1], ARGV[5])
@@ -181,7 +197,8 @@ class Leases:
         first ask SCRIPT EXISTS, one more round trip); its reply goes to ``held``. A Redis
         that lost its scripts answers NOSCRIPT: then ``write`` (which loads it) is the retry."""
         script_keys, args = self._write_call(batch)
-        pipe.evalsha(self._write.sha, len(script_keys), *script_keys, *args)
+        # (execute_command: redis-py's cluster pipeline blocks ``pipe.evalsha`` by name.)
+        pipe.execute_command("EVALSHA", self._write.sha, len(script_keys), *script_keys, *args)
 
     @staticmethod
     def held(reply: object) -> list[bool]:
@@ -209,7 +226,7 @@ class Leases:
     async def hand_back(self, job_id: str, lease: int, entry_id: bytes, idle_ms: int) -> bool:
         got = await self._hand_back(
             keys=[keys.job_key(self.model, job_id), self.stream],
-            args=[lease, keys.JOBS_GROUP, entry_id, idle_ms, self.ttl_s],
+            args=[lease, keys.JOBS_GROUP, entry_id, idle_ms, self.ttl_s, self.worker_id],
         )
         return bool(got)
 

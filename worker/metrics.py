@@ -3,7 +3,9 @@
 Observed from what the worker already has: each engine step's ``StepStats`` (as the outbox
 writes its telemetry) and each job's final event (as its write lands). Names follow vLLM's
 (``vllm:num_requests_running`` → ``nightjar:num_requests_running``), labelled by model and
-worker; speculation counters also by drafter, acceptance also by draft position.
+worker; speculation counters also by drafter, acceptance also by draft position. vLLM's own
+families, with vLLM's names and labels, come beside them (``self.vllm``:
+worker/vllm_metrics.py).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 from shared.control import StepStats
 from shared.metrics import ITL_BUCKETS, MOVE_BUCKETS, STEP_BUCKETS, MetricSet
 from shared.schemas import ErrorEvent, FinishEvent, JobRequest
+from worker.job_run import JobRun
+from worker.vllm_metrics import VllmMetrics
 
 log = logging.getLogger("worker.jobs")
 
@@ -21,8 +25,9 @@ MW = ("model", "worker")
 
 
 class WorkerMetrics(MetricSet):
-    def __init__(self, model: str, worker: str) -> None:
+    def __init__(self, model: str, worker: str, max_model_len: int = 0) -> None:
         super().__init__()
+        self.vllm = VllmMetrics(model, worker, max_model_len)
         self.labels = {"model": model, "worker": worker}
         self.model, self.worker = model, worker
         g, c, h = self.gauge, self.counter, self.histogram
@@ -99,9 +104,11 @@ class WorkerMetrics(MetricSet):
         """An idle heartbeat: nothing runs or waits in the engine."""
         self._c(self.running).set(0)
         self._c(self.waiting).set(0)
+        self.vllm.observe_idle()
 
     def observe_step(self, s: StepStats, decision_version: int, fallback: bool) -> None:
         """One engine step that ran (its stats as the telemetry carries them)."""
+        self.vllm.observe_step(s)
         c = self._c
         c(self.running).set(s.running)
         c(self.waiting).set(s.waiting)
@@ -140,11 +147,15 @@ class WorkerMetrics(MetricSet):
             for pos, n in enumerate(s.accepted_per_pos):
                 c(self.accepted_pos, d, str(pos)).inc(n)
 
-    def observe_final(self, final: FinishEvent | ErrorEvent, attempts: int) -> None:
-        """A job's final write landed."""
+    def observe_final(
+        self, final: FinishEvent | ErrorEvent, attempts: int, run: JobRun | None = None
+    ) -> None:
+        """A job's final write landed (``run``: its times, for the request-level vllm:* ones)."""
         outcome = final.finish_reason if isinstance(final, FinishEvent) else "error"
         self._c(self.jobs, outcome).inc()
         self._c(self.job_attempts).inc(max(1, attempts))
+        if run is not None:
+            self.vllm.observe_request(run, final)
 
 
 def log_finished(job: JobRequest, final: FinishEvent | ErrorEvent, worker: str, attempts: int) -> None:

@@ -53,18 +53,24 @@ class Written:
     held: bool
 
 
-_JOINED = {"job_id", "index", "token_ids", "text", "logprobs"}
+_JOINED = {"job_id", "index", "token_ids", "text", "logprobs", "spec"}
 
 
 def _joined(a: TokenEvent, b: TokenEvent) -> TokenEvent | None:
     """``a`` then ``b`` as one event, when ``b`` continues ``a`` (and carries nothing else)."""
     if b.index != a.index + len(a.token_ids) or (a.logprobs is None) != (b.logprobs is None):
         return None
+    if (a.spec is None) != (b.spec is None):
+        return None
     if b.model_dump(exclude=_JOINED, exclude_defaults=True):  # e.g. prompt_logprobs: its own event
         return None
     update: dict[str, object] = {"token_ids": a.token_ids + b.token_ids, "text": a.text + b.text}
     if a.logprobs is not None and b.logprobs is not None:
         update["logprobs"] = type(a.logprobs).join([a.logprobs, b.logprobs])
+    if a.spec is not None and b.spec is not None:
+        update["spec"] = a.spec.model_copy(
+            update={"steps": a.spec.steps + b.spec.steps, "spans": a.spec.spans + b.spec.spans}
+        )
     return a.model_copy(update=update)
 
 

@@ -14,9 +14,16 @@ from shared.control import WorkerInfo
 
 class Presence:
     def __init__(
-        self, r: aioredis.Redis, worker_id: str, model: str, max_jobs: int, max_model_len: int = 0
+        self,
+        r: aioredis.Redis,
+        worker_id: str,
+        model: str,
+        max_jobs: int,
+        max_model_len: int = 0,
+        drafters: list[str] | None = None,
     ) -> None:
         self.r = r
+        self.drafters = list(drafters or [])
         self.worker_id = worker_id
         self.model = model
         self.max_jobs = max_jobs
@@ -36,6 +43,7 @@ class Presence:
             fallback=fallback,
             max_model_len=self.max_model_len,
             draining=draining,
+            drafters=self.drafters,
         )
         await self.r.hset(keys.WORKERS, self.worker_id, codec.encode(info))
 

@@ -23,16 +23,19 @@ largest first was tried: under heavy load it spent the whole budget on a batch i
 finish.
 Every synthetic request is aborted before it returns.
 
-Run again while serving (``Remeasure``, after an elastic-memory move changed the KV pool),
-it starts only when the engine is idle and gives up at the first step that also carries a
-real request, handing that step's outputs back to the caller: a job that arrives meanwhile
-is delayed by one step and its output is never dropped, and no measurement mixes it in.
+Run again while serving (after an elastic-memory move changed the KV pool, or to refresh a
+cached profile), it starts only when the engine is idle and gives up before its next step
+once ``waiting()`` says a job was admitted (the step in flight ends first: the job waits for
+at most that one step), or at the first step that also carries a real request, handing that
+step's outputs back to the caller: a job's output is never dropped, and no measurement mixes
+it in.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -91,6 +94,10 @@ class OutOfTime(Exception):
     """The profiling budget ran out."""
 
 
+class Stopped(Exception):
+    """The worker is stopping (SIGTERM): the pass ends at its next step."""
+
+
 @dataclass
 class BatchCosts:
     """Medians measured at one batch size."""
@@ -121,8 +128,18 @@ def busy(stats: StepStats) -> float:
 class _Pass:
     """One profiling pass over an engine (not thread-safe; runs in the engine's thread)."""
 
-    def __init__(self, engine: Engine, s: ProfileSettings, deadline: float, drafters: list[str]) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        s: ProfileSettings,
+        deadline: float,
+        drafters: list[str],
+        waiting: Callable[[], bool] = lambda: False,
+        stop: threading.Event | None = None,
+    ) -> None:
         self.engine, self.s, self.deadline, self.drafters = engine, s, deadline, drafters
+        self.waiting = waiting  # a real job was admitted: stop before the next step
+        self.stop = stop  # set from the event loop: the pass ends before its next step
         self.offloaded = not drafters
         self.rng = random.Random(0)
         self.total_blocks = 0
@@ -130,6 +147,8 @@ class _Pass:
         self.vocab = _vocab_size(engine)
         self.output_len = output_room(engine, s, len(drafters))
         self.contexts: list[float] = []  # of the target steps measured in this batch's pass
+        self.where = ""  # what the pass measures now, for the progress line
+        self.said = time.perf_counter()  # when the last progress line went out
 
     def decide(self, gamma: int, drafter: str | None = None) -> None:
         table, inf = [(ALL_BATCHES, gamma)], float("inf")
@@ -141,14 +160,23 @@ class _Pass:
 
     def step(self) -> tuple[StepStats, list[RequestOutput]]:
         t0 = time.perf_counter()
+        if self.stop is not None and self.stop.is_set():
+            raise Stopped
         if t0 + self.last_step_s > self.deadline:  # the next step would end past the budget
             raise OutOfTime
+        if self.waiting():  # give the engine back before this step, not after it
+            raise Interrupted([], StepStats())
         result = self.engine.step()
-        self.last_step_s = time.perf_counter() - t0
+        now = time.perf_counter()
+        self.last_step_s = now - t0
         foreign = [o for o in result.outputs if not o.request_id.startswith(PROFILE_ID)]
         if foreign:
             raise Interrupted(foreign, result.stats)
         self.total_blocks = result.stats.total_blocks or self.total_blocks
+        if now - self.said >= 1.0:  # a line a second: the pass takes up to its budget
+            self.said = now
+            left = max(self.deadline - now, 0.0)
+            log.info("cost profile: %s, %.0f s left of the budget at most", self.where, left)
         return result.stats, result.outputs
 
     def fill(self, ids: list[str]) -> None:
@@ -265,15 +293,19 @@ def profile_engine(
     offloaded: bool = False,
     restore: Callable[[], Decision | None] | None = None,
     source: str = "startup",
+    waiting: Callable[[], bool] = lambda: False,
+    stop: threading.Event | None = None,
 ) -> CostProfile | None:
     """Measure ``engine`` (idle, in the thread that steps it); None when not even batch 1
     finished within the budget. ``restore()`` is applied at the end (the decision in force);
     ``offloaded``: the drafters are away, so only γ = 0 (q = 1) can be measured.
 
-    Raises ``Interrupted`` when a step also ran a request that is not the profiler's."""
+    Raises ``Interrupted`` when ``waiting()`` turns true (no outputs) or a step also ran a
+    request that is not the profiler's (its outputs), and ``Stopped`` (its synthetic requests
+    cleared) once ``stop`` is set: within one step."""
     t0 = time.perf_counter()
     names = [] if offloaded else list(getattr(engine, "drafter_names", []))
-    run = _Pass(engine, settings, t0 + settings.budget_s, names)
+    run = _Pass(engine, settings, t0 + settings.budget_s, names, waiting, stop)
     done: dict[int, BatchCosts] = {}
     long: dict[int, BatchCosts] = {}
     try:
@@ -287,7 +319,7 @@ def profile_engine(
             # The target again at a longer context (the first drafter only, for the rows),
             # before the last rounds of the short one: a slow model spends its budget on both.
             wide = replace(settings, prompt_len=settings.long_prompt_len)
-            again = _Pass(engine, wide, run.deadline, names[:1])
+            again = _Pass(engine, wide, run.deadline, names[:1], waiting, stop)
             long_sizes = [b for b in batch_sizes(engine, wide, len(names[:1])) if b in done]
             _rounds(again, long_sizes, first, long, "long-", t0)
         _rounds(run, sizes, settings.reps - first, done, "", t0, start=first)
@@ -307,6 +339,7 @@ def _rounds(
     fastest of each point kept), until the budget runs out."""
     for rnd, batch in ((r, b) for r in range(start, start + reps) for b in sizes):
         ids = [f"{PROFILE_ID}{tag}{rnd}-{batch}-{i}" for i in range(batch)]
+        run.where = f"{tag}round {rnd + 1} of at most {run.s.reps}, batch {batch}"
         try:
             done[batch] = run.measure(batch, ids).fastest(done.get(batch))
             if batch == sizes[-1]:
@@ -315,6 +348,9 @@ def _rounds(
             log.warning("cost profile: budget spent in %sround %d at batch %d", tag, rnd + 1, batch)
             run.clear(ids)
             return
+        except Stopped:
+            run.clear(ids)
+            raise
         except Interrupted:
             for rid in ids:  # the next real step finishes them, as cancelled
                 run.engine.abort_request(rid)

@@ -7,8 +7,9 @@ first, then new jobs, when a slot is free; other loops follow cancellations and 
 renew the leases of running jobs, and heartbeat. A job is acknowledged only with its result,
 in one fenced script, so a crash anywhere means redelivery, never a lost job; a worker that
 lost a job (paused past ``--claim-idle``) writes nothing more for it. Every loop outlives a
-Redis outage; ``request_stop`` drains: no new jobs, running ones finish within
-``drain_timeout_s`` or are handed back to the other workers.
+Redis outage; ``request_stop`` ends a start at once and drains a serving worker: no new
+jobs, running ones finish within ``drain_timeout_s`` or are handed back to the other workers
+(worker/lifecycle.py).
 """
 
 from __future__ import annotations
@@ -28,18 +29,22 @@ from shared.connection import connect
 from shared.errors import ErrorCode
 from shared.loops import Signal, every, keep_running, retry_redis, wait_for_redis
 from shared.schemas import CancelRequest, ErrorEvent, FinishEvent, FinishReason
+from shared.settings import RuntimeSettings
 from shared.streams import Entry, entries, last_id
 from worker.admission import Admission
 from worker.cost_profile import CostProfiler
 from worker.decisions import DecisionFollower
 from worker.engine.api import Engine, RequestOutput, StepResult, StepStats
 from worker.engine_factory import create_engine
+from worker.health import WorkerHealth
 from worker.intake import JobIntake, guess_job_id
 from worker.job_run import JobRun
 from worker.leases import JobWrite, Leases
+from worker.lifecycle import drain, start_up
 from worker.metrics import WorkerMetrics, log_finished
 from worker.outbox import Outbox, StepOutput, Written
 from worker.presence import Presence
+from worker.profile_cache import ProfileCache, profile_key
 from worker.prompts import PromptEncoder
 from worker.running import RunningJobs
 from worker.settings import WorkerSettings
@@ -64,10 +69,11 @@ class WorkerService:
         s = self.settings = settings
         self.r = redis if redis is not None else connect(s.redis_url)
         # Engine options may name the drafters too (``--engine-opt drafters=[...]``): they win.
-        opts = {"drafters": s.drafters, "ngram": s.ngram, **s.engine}
-        self.engine = engine if engine is not None else create_engine(s.model_dir, **opts)
-        self.prompts = prompts if prompts is not None else PromptEncoder.from_dir(s.model_dir)
-        self.model_name = s.model_name or Path(s.model_dir).name
+        model_dir = s.model_path()
+        opts = {"drafters": list(s.drafters or ()), "ngram": s.ngram, **s.engine}
+        self.engine = engine if engine is not None else create_engine(model_dir, **opts)
+        self.prompts = prompts if prompts is not None else PromptEncoder.from_dir(model_dir)
+        self.model_name = s.model_name or Path(model_dir).name
         self.max_model_len = self.engine.max_model_len
         self.running = RunningJobs(s.max_jobs)
         self.intake = JobIntake(
@@ -82,10 +88,15 @@ class WorkerService:
             self._written,
             lambda: (self.decisions.version, self.decisions.fallback),
         )
-        self.presence = Presence(self.r, s.worker_id, self.model_name, s.max_jobs, self.max_model_len)
-        self.profiler = CostProfiler(
-            self.r, self.engine, self.model_name, s.worker_id, s.profile, lambda: self.decisions.current
+        drafters = list(getattr(self.engine, "drafter_names", []))
+        self.presence = Presence(
+            self.r, s.worker_id, self.model_name, s.max_jobs, self.max_model_len, drafters
         )
+        self.profiler = CostProfiler(
+            self.r, self.engine, self.model_name, s.worker_id, s.profiling(), lambda: self.decisions.current,
+            cache=self._profile_cache(model_dir), refresh_idle_s=s.profile_idle_s,
+            waiting=lambda: len(self.running) > 0,
+        )  # fmt: skip
         self.admission = Admission(
             self.r,
             self.intake,
@@ -96,7 +107,7 @@ class WorkerService:
             self.max_model_len,
             s.progress_s,
         )
-        self.metrics = WorkerMetrics(self.model_name, s.worker_id)
+        self.metrics = WorkerMetrics(self.model_name, s.worker_id, self.max_model_len)
         self.jobs_ended = 0
         self.jobs_lost = 0  # jobs another worker took over while this one held them
         self._cancel_cursor: str | None = None
@@ -105,6 +116,16 @@ class WorkerService:
         self._draining = False
         self._short = False  # the last step was short enough to run the next one inline
         self._prefill = 0  # prompt tokens added since the last step
+        self.health = WorkerHealth(s.worker_id, self.model_name, s.max_jobs, lambda: len(self.running))
+
+    def _profile_cache(self, model_dir: str) -> ProfileCache | None:
+        """Where this worker's cost profile is cached (``worker/profile_cache.py``); None when
+        the profile or its cache is off."""
+        s = self.settings
+        if not (s.profile and s.profile_cache):
+            return None
+        key = profile_key(self.engine, model_dir, list(s.drafters or ()), s.profiling())
+        return ProfileCache(RuntimeSettings().cache / "profiles", key)
 
     @property
     def worker_id(self) -> str:
@@ -117,10 +138,25 @@ class WorkerService:
 
     async def run(self, burst: bool = False) -> None:
         """Serve until cancelled or stopped; with ``burst``, drain the job stream and return."""
-        await self.profiler.measure()  # before taking jobs: nothing else steps the engine
-        await wait_for_redis(self.r, f"worker {self.worker_id}")
-        await retry_redis("worker start", self._start)
-        http = self.metrics.serve_http(self.settings.metrics_port, self.settings.metrics_host)
+        # Probes (worker/health.py) answer from the start: not ready while the profile is
+        # measured and Redis awaited, so a liveness probe does not restart a starting worker.
+        http = self.metrics.serve_http(
+            self.settings.metrics_port, self.settings.metrics_host, self.health.probe
+        )
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self.health.ticking)
+                await self._serve(burst)
+                tg.cancel_scope.cancel()
+        finally:
+            if http is not None:
+                http.shutdown()
+
+    async def _serve(self, burst: bool) -> None:
+        if not await self._start_up():
+            log.info("worker %s stopped before it served", self.worker_id)
+            return
+        self.health.serving = True
         log.info(
             "worker %s serving %s (drafters: %s)",
             self.worker_id,
@@ -145,18 +181,28 @@ class WorkerService:
                     await self._drain()
                 tg.cancel_scope.cancel()
         finally:
-            if http is not None:
-                http.shutdown()
+            self.health.serving = False
             with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                 try:
                     await self.presence.leave()
                 except (RedisError, OSError) as exc:
                     log.warning("could not deregister: %s", exc)
 
+    async def _start_up(self) -> bool:
+        """Measure the cost profile, wait for Redis, register; False when ``request_stop``
+        came first (worker/lifecycle.py)."""
+        phases = (
+            self.profiler.measure,  # before taking jobs: nothing else steps the engine
+            partial(wait_for_redis, self.r, f"worker {self.worker_id}"),
+            partial(retry_redis, "worker start", self._start),
+        )
+        return await start_up(self._stop, self.profiler.stop, phases)
+
     async def _start(self) -> None:
         await self.intake.setup()
         await self.decisions.start()
         await self.presence.beat(0, self.decisions.version, self.decisions.fallback)
+        self.health.beat_ok()
         await self.profiler.publish()
 
     # -- intake ---------------------------------------------------------------------------
@@ -178,7 +224,7 @@ class WorkerService:
         if not got:
             got = await self.intake.read_own_pending(free)
         if not got:
-            got = await self.intake.read_new(free, self.settings.block_ms)
+            got = await self.intake.read_new(free, self.intake.block_ms(self.settings.block_ms))
         await self._take_all(got)
 
     async def _take_all(self, got: list[Entry]) -> None:
@@ -246,29 +292,11 @@ class WorkerService:
                 await self.running.ended.wait()
 
     async def _drain(self) -> None:
-        self._draining = True
-        log.info(
-            "worker %s draining %d jobs (up to %.0fs)",
-            self.worker_id,
-            len(self.running),
-            self.settings.drain_timeout_s,
-        )
-        await retry_redis("heartbeat", self._heartbeat)
-        with anyio.move_on_after(self.settings.drain_timeout_s):
-            while len(self.running):
-                await self.running.ended.wait()
-        left = list(self.running)
-        for run in left:
-            self.engine.abort_request(run.job_id)
-            run.done = True
-        await self.outbox.flush()
-        idle_ms = int(self.settings.claim_idle_s * 1000) + 1
-        for run in left:
-            if self.running.retire(run.job_id) is not None:
-                back = partial(self.leases.hand_back, run.job_id, run.lease, run.entry_id, idle_ms)
-                await retry_redis("hand-back", back)
-        if left:
-            log.info("worker %s handed %d running jobs back", self.worker_id, len(left))
+        self._draining = self.health.draining = True
+        s = self.settings
+        await drain(self.running, self.engine, self.outbox, self.leases, self._heartbeat,
+                    worker_id=s.worker_id, timeout_s=s.drain_timeout_s,
+                    claim_idle_s=s.claim_idle_s)  # fmt: skip
 
     # -- leases, presence, cancellations --------------------------------------------------
     async def _renew(self) -> None:
@@ -294,6 +322,7 @@ class WorkerService:
         await self.presence.beat(
             len(self.running), self.decisions.version, self.decisions.fallback, self._draining
         )
+        self.health.beat_ok()
         await self.profiler.publish()  # once per measurement
 
     async def _follow_cancels(self) -> None:
@@ -363,7 +392,8 @@ class WorkerService:
             run = self.running.get(out.request_id)
             if run is None or run.done:  # ended here already (a stop string), or lost
                 continue
-            events = run.feed(out.new_token_ids, out.logprobs, out.prompt_logprobs)
+            run.cached_prompt_tokens = max(run.cached_prompt_tokens, out.cached_prompt_tokens)
+            events = run.feed(out.new_token_ids, out.logprobs, out.prompt_logprobs, out.outcomes)
             if run.stopped and not out.finished:
                 self.engine.abort_request(run.job_id)
             final: FinishEvent | ErrorEvent | None = None
@@ -387,5 +417,5 @@ class WorkerService:
                 self._lose(w.write.job_id)
             elif w.write.final is not None and (run := self.running.retire(w.write.job_id)) is not None:
                 self.jobs_ended += 1
-                self.metrics.observe_final(w.write.final, run.attempt)
+                self.metrics.observe_final(w.write.final, run.attempt, run)
                 log_finished(run.job, w.write.final, self.worker_id, run.attempt)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import shlex
 import sys
 import time
@@ -23,16 +22,20 @@ from benchmarks.load.configs import DEFAULT_CONFIGS
 from benchmarks.load.verdict import TOLERANCE
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_MODEL = REPO / "models" / "nj-target"
 DEFAULT_PHASES = "low:0.5:60,high:6:120,low:0.5:60"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="nightjar bench", description=__doc__.split("\n\n")[0])
+    env = regime.BenchEnv()
+    p = argparse.ArgumentParser(
+        prog="nightjar bench",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,  # every flag's help ends with its default
+    )
     p.add_argument("workload", nargs="?", default=None,
                    help="Spec-Bench/ShareGPT/Alpaca JSON(L) or JSONL of {prompt} "
                    "(the prompts of phases without content)")  # fmt: skip
-    p.add_argument("--model", default=os.environ.get("NIGHTJAR_MODEL", str(DEFAULT_MODEL)), help="model dir")
+    p.add_argument("--model", default=env.model, help="model dir (env NIGHTJAR_MODEL)")
     p.add_argument("--phases", default=DEFAULT_PHASES,
                    help="name:RATE|Nu:seconds[:content+...],... "
                    "(RATE req/s: open loop; N users: closed loop)")  # fmt: skip
@@ -41,13 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"a configuration (repeat); default: {'; '.join(DEFAULT_CONFIGS)}")  # fmt: skip
     p.add_argument("--lengths", choices=("fixed", "workload"), default="fixed",
                    help="output lengths: --max-tokens for all, or each item's reference length")  # fmt: skip
-    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--max-tokens", type=int, default=64, help="output tokens per request (--lengths fixed)")
     p.add_argument("--min-tokens", type=int, default=8, help="floor of workload lengths")
     p.add_argument("--max-prompt-tokens", type=int, default=512, help="skip longer prompts (0: keep all)")
-    p.add_argument("--endpoint", choices=("chat", "completions"), default="chat")
-    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--endpoint", choices=("chat", "completions"), default="chat", help="the OpenAI route")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature of every request")
     p.add_argument("--warmup", type=int, default=4, help="warm-up requests per configuration")
-    p.add_argument("--warmup-tokens", type=int, default=8)
+    p.add_argument("--warmup-tokens", type=int, default=8, help="output tokens of each warm-up request")
     p.add_argument("--services", choices=("inprocess", "processes"), default="inprocess",
                    help="in this process on memory://, or nightjar processes on --redis-url")  # fmt: skip
     p.add_argument("--redis-url", default=None,
@@ -58,11 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--drain-timeout", type=float, default=300.0, help="seconds after the last arrival")
     p.add_argument("--bin", type=float, default=1.0, help="timeline bin, seconds")
     p.add_argument("--target", default="nightjar", help="the configuration the claim is about")
-    p.add_argument("--tolerance", type=float, default=TOLERANCE)
+    p.add_argument("--tolerance", type=float, default=TOLERANCE, help="relative margin of the verdict")
     p.add_argument("--out", default=None, help="output folder (default runs/bench-TIMESTAMP)")
     p.add_argument("--hf-baseline", action=argparse.BooleanOptionalAction, default=True,
                    help="run the transformers generate baseline on the same prompts")  # fmt: skip
-    p.add_argument("--hf-batch-size", type=int, default=8)
+    p.add_argument("--hf-batch-size", type=int, default=8, help="batch size of the static-batch baseline")
     p.add_argument("--hf-requests", type=int, default=32, help="prompts for the static-batch baseline")
     p.add_argument("--hf-assisted", type=int, default=8, help="prompts for assisted generation (batch 1)")
     p.add_argument("--drafter", default=None, help="drafter model dir for assisted generation")
@@ -71,9 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "judged at its median round (benchmarks/load/rounds.py)")  # fmt: skip
     p.add_argument("--time-budget", type=float, default=None,
                    help="seconds: skip configurations (then the baseline) that would end later")  # fmt: skip
-    regime.add_args(p)
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--log-level", default="warning")
+    regime.add_args(p, env)
+    p.add_argument("--no-progress", action="store_true", help="no progress lines while a phase runs")
+    p.add_argument("--log-level", default="warning", help="log level of the services")
     return p
 
 

@@ -12,22 +12,33 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import Field
+
 from benchmarks.load.configs import lineup
+from shared.settings import EnvSettings
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DATA = REPO.parent / "shared" / "data"
 DEFAULT_SLO = "ttft=2,tpot=0.2"
 
 
-def add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data-dir", default=os.environ.get("NIGHTJAR_BENCH_DATA", str(DEFAULT_DATA)),
-                   help="shared data for phase content (chat, code, stories, Spec-Bench ...)")  # fmt: skip
+class BenchEnv(EnvSettings):
+    """The benchmark's defaults that NIGHTJAR_* variables may set (read once)."""
+
+    model: str = Field(default=str(REPO / "models" / "nj-target"), description="model dir")
+    bench_data: str = Field(default=str(DEFAULT_DATA), description="shared data for phase content")
+
+
+def add_args(p: argparse.ArgumentParser, env: BenchEnv) -> None:
+    p.add_argument("--data-dir", default=env.bench_data,
+                   help="shared data for phase content (chat, code, stories, Spec-Bench ...; "
+                   "env NIGHTJAR_BENCH_DATA)")  # fmt: skip
     p.add_argument("--lineup", action="store_true",
                    help="run the generated line-up: no-spec, every (γ, drafter) static pair, threshold, "
                    "cost-model, nightjar (ignored when --config is given)")  # fmt: skip
     p.add_argument("--gammas", default="2,4", help="--lineup: the static γ values per drafter")
     p.add_argument("--drafters", default=None,
-                   help="--lineup: comma-separated drafters (default: ngram, bundled ones)")  # fmt: skip
+                   help="--lineup: comma-separated drafters; None: ngram and the bundled ones")  # fmt: skip
     p.add_argument("--slo", default=DEFAULT_SLO, help="goodput SLO: ttft=SECONDS,tpot=SECONDS")
     p.add_argument("--worker-cpu", default="last",
                    help="processes: taskset CPU list of the worker ('last': the last core; 'none': no "

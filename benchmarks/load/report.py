@@ -72,14 +72,12 @@ def _loop(meta: dict[str, object]) -> str:
 
 
 def oracle_rows(result: BenchResult) -> list[str]:
-    """Each phase's best static configuration, and the stitched run (duration-weighted)."""
+    """Each phase's best static configuration (the oracle stitches them)."""
     v = result.verdict
     if v.missing or not v.phases:
         return []
     by_name = {r.config.name: {p.label: p for p in r.stats} for r in result.runs}
-    rows = [stats_row(f"oracle ({c.best_static})", by_name[c.best_static][c.label]) for c in v.phases]
-    rows.append(f"| oracle | weighted run | – | {v.oracle_tok_s:.1f} |" + " – |" * 10)
-    return rows
+    return [stats_row(f"oracle ({c.best_static})", by_name[c.best_static][c.label]) for c in v.phases]
 
 
 def render(result: BenchResult) -> str:

@@ -48,10 +48,12 @@ def service_commands(cfg: BenchConfig, opts: TrioOptions, redis_url: str, port: 
     redis = ["--redis-url", redis_url]
     pin = ["taskset", "-c", opts.worker_cpus] if opts.worker_cpus else []
     apart = ["taskset", "-c", opts.other_cpus] if opts.other_cpus else []
+    # A static configuration never reads the startup cost profile: its worker skips measuring it.
+    profile = ["--no-profile"] if cfg.is_static else []
     return {
         "planner": [*apart, *base, "planner", *redis, "--policy", cfg.policy, *sets],
         "worker": [*pin, *base, "worker", *redis, "--model", opts.model_dir, "--worker-id", WORKER_ID,
-                   "--max-jobs", str(opts.max_jobs), *threads, *engine],
+                   "--max-jobs", str(opts.max_jobs), *profile, *threads, *engine],
         "gateway": [*apart, *base, "gateway", *redis, "--host", "127.0.0.1", "--port", str(port),
                     "--max-queue", str(opts.max_queue)],
     }  # fmt: skip

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from planner.policies.params import Param
-from shared.control import Telemetry
+from shared.control import StepCosts, Telemetry
 from shared.profile import CostProfile
 
 
@@ -34,6 +34,11 @@ class Choice:
     # per-request learner weighs acceptance against. Empty: acceptance alone.
     drafter_costs: dict[str, float] = field(default_factory=dict)
     skip_drafters: list[str] = field(default_factory=list)  # dominated: not scored (Decision's)
+    # The cost rule (Decision.step_costs and what goes with it; empty: gamma_table decides).
+    step_costs: list[StepCosts] = field(default_factory=list)
+    acceptance: dict[str, float] = field(default_factory=dict)
+    acceptance_hi: dict[str, float] = field(default_factory=dict)
+    hold_steps: int = 1
     offload: bool = False
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)

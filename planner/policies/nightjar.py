@@ -1,63 +1,71 @@
-"""``nightjar``: the full system — a contextual bandit for γ per batch-size bucket with a
-switching cost, HedgeSpec drafter choice, and draft offload under memory pressure."""
+"""``nightjar``: the served default — step costs from the workers' profile, acceptance from what
+they verify, and the workers' cost rule choosing (drafter, γ) per sequence and step.
+
+The policy publishes what the cost rule (worker/engine/spec/plan.py) needs and nothing it has
+to explore for:
+
+- **step costs** (``Decision.step_costs``) at batch sizes 1, 2, 4, … up to the profile's
+  largest: a plain step and a step at each γ ≤ ``gamma_max`` with each drafter, from the
+  startup cost profile (γ draft steps of the drafter, then the target over the rows a
+  verification runs: γ + 1, or for n-gram 1 + what its lookahead says it proposes), at the
+  served steps' mean context, each scaled by what serving measures beyond the profile (the
+  moving ratio of served to predicted time of plain decode steps, and of speculative ones,
+  per batch class; a class with no speculative step yet takes the plain ratio);
+- **acceptance** per drafter (``Decision.acceptance``, ``acceptance_hi``): a discounted Beta of
+  the rates the workers report (realised for the drafter that drafted, counterfactual for the
+  others they scored), its mean the prior a new sequence starts from, mean + ``z`` standard
+  deviations the highest a sequence could plausibly have — where no drafter pays even there,
+  the workers do no speculative work at all (γ = 0 costs what static γ = 0 costs);
+- **hold_steps** K: a sequence keeps its (drafter, γ) for K steps unless its batch-size class
+  changes. K amortises a switch as the Nightjar paper's loss does (ℓ + C_switch/γ): the
+  smallest K with C_switch ≤ ``switch_share`` · K plain steps at batch 1, C_switch the largest
+  profiled catch-up of ``switch_tokens`` tokens, within [``hold_min``, ``hold_max``].
+
+No exploration: the profile is the prior for every cost, acceptance is what is learned, and it
+is learned from the prompts every drafter scores teacher-forced and from the steps that
+speculate where the rule says it pays. ``gamma_table`` and ``drafter`` describe the decision
+(γ and drafter per bucket at the prior acceptance) for dashboards and older workers. The
+draft is offloaded under sustained KV pressure (offload.py), which forces γ = 0.
+Without a profile the decision is plain decoding until one arrives.
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 from planner.policies.base import Choice, Policy
-from planner.policies.bingreedy import EXPLORE_RULES, BinGreedy
 from planner.policies.buckets import Buckets
-from planner.policies.drafter import HEDGE_PARAMS, DrafterChooser
 from planner.policies.offload import OFFLOAD_PARAMS, OffloadRule
-from planner.policies.params import Param, bool_param, float_param, int_list_param, int_param, str_param
-from planner.policies.prior import ProfilePrior, arm_intervals
-from planner.policies.signals import Draws, busy_time, is_step, prices_gamma, tokens_per_sequence
-from planner.policies.switch_cost import SwitchCostModel
-from planner.policies.transitions import Transitions
-from shared.control import Telemetry
+from planner.policies.params import Param, bool_param, float_param, int_param
+from planner.policies.prior import RUNS_DISCOUNT, Beta, Runs
+from planner.policies.signals import is_step, prices_gamma, switch_seconds
+from shared.control import ALL_BATCHES, StepCosts, Telemetry
+from shared.experts import expected_tokens
 from shared.profile import CostProfile
 
-_HEDGE = {f"hedge_{k}": p for k, p in HEDGE_PARAMS.items() if k != "drafters"}
+RATIO_WEIGHT = 0.05  # a served step's weight in its class's moving ratio (~20 steps)
+MIN_RUNS = 16.0  # n-gram positions judged (discounted) before its lookahead gives its rows
 
 
 class NightjarPolicy(Policy):
-    """Per bucket, a bin-greedy bandit over γ ∈ {0..gamma_max} minimising latency per token
-    plus C_switch/γ when speculation would be switched back on.
-
-    Each bucket's arm is locked per bin; the published gamma_table holds every bucket's
-    current arm. Rewards are attributed to the (bucket, γ) a step actually ran with.
-    C_switch comes from the workers' catch-up measurements (a prior until measured), looked
-    up at the tokens skipped since speculation stopped (capped by the context) and the
-    bucket's batch size. With ``drafter_policy="hedge"`` the drafter follows NormalHedge on
-    counterfactual acceptance — weighed against each drafter's profiled cost when there is a
-    profile (``shared.experts.drafter_speed``; the costs are published for the per-request
-    learners too); with ``offload`` the draft is squeezed out under sustained
-    memory pressure while γ = 0 and reloaded when load falls (γ = 0 everywhere meanwhile).
-    Given a startup cost profile (``use_profile``), each bin starts from the predicted loss
-    of every γ at the bucket's batch size (prior.py) and explores only among the γ whose
-    predicted interval overlaps the best one's.
-    """
+    """Step costs (the workers' profile, calibrated by served steps) and per-drafter acceptance
+    for the workers' cost rule: each sequence drafts with the (drafter, γ) of least predicted
+    time per token at its own acceptance; nothing is explored; the draft offloaded under KV
+    pressure."""
 
     name: ClassVar[str] = "nightjar"
     PARAMS: ClassVar[dict[str, Param]] = {
-        "gamma_max": int_param(4, "largest γ (arms are 0..gamma_max)", 1, 16),
-        "buckets": int_list_param(
-            "pow2", "batch-size buckets: pow2, pairs (the authors' fork) or upper bounds", ("pow2", "pairs")
+        "gamma_max": int_param(4, "largest γ (limited by the rows the profile measured)", 1, 16),
+        "discount": float_param(0.98, "per update, on each drafter's acceptance counts", 0.5, 1.0),
+        "z": float_param(1.5, "acceptance_hi: standard deviations above the mean", 0.0),
+        "switch_tokens": int_param(
+            64, "tokens a catch-up covers at most (a feature head's pending bound)", 1
         ),
-        "explore": str_param("per-block", "exploration coin per bin (see docs)", EXPLORE_RULES),
-        "bin_slack": int_param(32, "extra steps a bin waits for its γ to run before it ends anyway", 0),
-        "switch_cost": bool_param(True, "add C_switch/γ when leaving γ = 0 (False: plain bandit)"),
-        "switch_prior_s": float_param(1e-4, "C_switch prior: seconds per skipped token per sequence", 0.0),
-        "switch_fixed_s": float_param(1e-3, "C_switch prior: fixed seconds per catch-up", 0.0),
-        "seed": int_param(0, "seed of the exploration draws", 0),
-        "drafter_policy": str_param("hedge", "drafter choice: HedgeSpec or fixed", ("hedge", "fixed")),
-        "drafter": str_param(None, "the drafter when drafter_policy=fixed (None: the worker's default)"),
-        "drafters": HEDGE_PARAMS["drafters"],
-        **_HEDGE,
-        "prior": bool_param(True, "use a published cost profile as the prior (False: ignore it)"),
-        "prior_z": float_param(2.0, "prior: standard deviations of acceptance in an interval", 0.0),
-        "prior_time_tol": float_param(0.03, "prior: relative uncertainty of a profiled step time", 0.0),
+        "switch_share": float_param(0.05, "a switch may cost this share of the K steps it holds", 0.001, 1.0),
+        "hold_min": int_param(4, "K at least", 1, 1 << 16),
+        "hold_max": int_param(64, "K at most", 1, 1 << 16),
+        "calibrate": bool_param(True, "scale the profile by served/predicted step times"),
         "offload": bool_param(True, "offload the draft under memory pressure (see offload_*)"),
         **OFFLOAD_PARAMS,
     }
@@ -65,164 +73,205 @@ class NightjarPolicy(Policy):
     def __init__(self, **params: Any) -> None:
         p = {k: spec.default for k, spec in self.PARAMS.items()} | params
         super().__init__(**p)
+        if p["hold_min"] > p["hold_max"]:
+            raise ValueError("hold_min must not exceed hold_max")
         self.gamma_max: int = p["gamma_max"]
-        self.buckets = Buckets(p["buckets"])
-        arms = self.gamma_max + 1
-        self.bandits = [BinGreedy(arms, p["explore"], p["bin_slack"]) for _ in self.buckets.uppers]
-        self.use_switch_cost: bool = p["switch_cost"]
-        self.switch = SwitchCostModel(p["switch_prior_s"], p["switch_fixed_s"])
-        self.draws = Draws(p["seed"])
-        self.fixed_drafter: str | None = p["drafter"]
-        self.chooser = (
-            DrafterChooser(**{k: p[f"hedge_{k}"] for k in ("learner", "discount", "select", "margin", "scope")},  # noqa: E501
-                           drafters=p["drafters"], seed=p["seed"])
-            if p["drafter_policy"] == "hedge" else None
-        )  # fmt: skip
-        offload_params = {k: p[k] for k in OFFLOAD_PARAMS}
-        self.offload = OffloadRule(**offload_params) if p["offload"] else None
-        self.last_batch = [self.buckets.representative(i) for i in range(len(self.buckets))]
-        self.recent_batch = 1  # the batch size of the last step seen
-        self.transitions = Transitions(len(self.buckets))
-        self.use_prior: bool = p["prior"]
-        self.prior = ProfilePrior(p["hedge_discount"], p["prior_z"], p["prior_time_tol"])
-        for bandit in self.bandits:
-            bandit.start_bin(self.draws)
+        self.discount: float = p["discount"]
+        self.z: float = p["z"]
+        self.p = p
+        self.profile: CostProfile | None = None
+        self.acceptance: dict[str, Beta] = {}
+        self.runs: dict[str, Runs] = {}  # model-free drafters' lookahead (rows they propose)
+        self.context: float | None = None  # moving mean of the served steps' tokens per sequence
+        self.ratio_plain: dict[int, float] = {}  # batch class -> served / predicted, γ = 0 steps
+        self.ratio_spec: dict[int, float] = {}  # batch class -> served / predicted, γ > 0 steps
+        self.offload = OffloadRule(**{k: p[k] for k in OFFLOAD_PARAMS}) if p["offload"] else None
+        self.buckets = Buckets("pow2")
 
-    def _drafter(self) -> str | None:
-        return self.chooser.current if self.chooser is not None else self.fixed_drafter
-
-    def switch_terms(self, i: int) -> tuple[float, float, float]:
-        """Bucket ``i``'s switch costs for BinGreedy.greedy: (now, on, off), in seconds."""
-        if not self.use_switch_cost:
-            return 0.0, 0.0, 0.0
-        tr, drafter, arms = self.transitions, self._drafter(), [b.arm for b in self.bandits]
-        now = self.switch.cost(drafter, tr.off_tokens(), self.last_batch[i])
-        on = sum(
-            p * self.switch.cost(drafter, tr.visit_tokens(j), self.last_batch[i])
-            for j, p in enumerate(tr.into(i))
-            if p > 0 and arms[j] == 0
-        )
-        off = sum(
-            p * self.switch.cost(drafter, tr.visit_tokens(i), self.last_batch[j]) / arms[j]
-            for j, p in enumerate(tr.out_of(i))
-            if p > 0 and arms[j] > 0
-        )
-        return now, on, off
+    # ------------------------------------------------------------------ learning
 
     def use_profile(self, profile: CostProfile) -> None:
-        """The prior from now on; a bin that has not run a step yet chooses again with it."""
-        if not self.use_prior:
-            return
-        self.prior.use(profile)
-        self.switch.before = lambda d, tokens, batch: profile.catch_up(batch, tokens, self.prior.drafter(d))
-        for i, bandit in enumerate(self.bandits):
-            bandit.rechoose(self.draws, self.switch_terms(i), self.intervals(i))
-
-    def drafter_costs(self, batch: int) -> dict[str, float]:
-        """Each profiled drafter's draft step over a plain target step at ``batch`` (empty
-        without a profile): what the drafter choices weigh acceptance against."""
-        p = self.prior.profile
-        if p is None or not p.drafter_s:
-            return {}
-        plain = p.target(batch, 1, self.prior.context)
-        return {d: p.draft(batch, d) / plain for d in p.drafter_s}
-
-    def dominated(self, costs: dict[str, float], keep: str | None) -> list[str]:
-        """Drafters surely slower than the best at γ_max (none without ``costs``, i.e. without a
-        profile): the prior's predicted latency per token (``ProfilePrior.predict``: draft and
-        verify forwards from the profile, acceptance from telemetry, n-gram's runs and rows
-        from its lookahead) at its best case above the best drafter's at its worst. Not scored
-        meanwhile, their acceptance fades (prior.py) until the intervals overlap again and
-        they are scored once more. (Judged by its per-token counterfactual alone, n-gram
-        looked dominated on stories at 4 users, where it was the fastest: its hits come in
-        runs, and with no proposal it verifies one row.)"""
-        if len(costs) < 2:
-            return []
-        preds = {}
-        for d in costs:
-            if d not in self.prior.acceptance and d not in self.prior.runs:
-                return []  # a drafter not yet scored: everything is still open
-            pred = self.prior.predict(self.recent_batch, self.gamma_max, d)
-            if pred is None:
-                return []
-            preds[d] = pred
-        best = min(preds, key=lambda d: (preds[d].hi, d))
-        return sorted(d for d, p in preds.items() if p.lo > preds[best].hi and d != keep)
-
-    def intervals(self, i: int) -> list[Any] | None:
-        """Bucket ``i``'s arm intervals from the prior (None: no profile)."""
-        return arm_intervals(self.prior, self.bandits[i], self.last_batch[i], self._drafter())
+        self.profile = profile
 
     def observe(self, t: Telemetry) -> None:
         if self.offload is not None:
             self.offload.observe(t)
-        if self.chooser is not None:
-            self.chooser.observe(t, self.drafter_costs(t.batch_size))
-        if is_step(t):
-            self.recent_batch = t.batch_size
-        self.prior.observe(t)
-        for event in t.switch_costs:
-            self.switch.observe(event)
         if not is_step(t):
             return
-        i = self.buckets.index(t.batch_size)
-        self.transitions.observe(t.worker_id, i, t.gamma, t.mean_context)
-        self.last_batch[i] = t.batch_size
-        bandit = self.bandits[i]
-        if t.gamma <= self.gamma_max and prices_gamma(t):
-            bandit.record(t.gamma, busy_time(t), tokens_per_sequence(t))
-        if bandit.tick(t.gamma, t.draft_resident and not t.fallback):
-            bandit.start_bin(self.draws, self.switch_terms(i), self.intervals(i))
+        if t.mean_context > 0:
+            self.context = t.mean_context if self.context is None else _move(self.context, t.mean_context)
+        for name, la in t.lookahead.items():
+            runs = self.runs.setdefault(name, Runs([0.0] * len(la.accepted), [0.0] * len(la.proposed)))
+            runs.add(la, RUNS_DISCOUNT)
+        for name, rate in t.counterfactual.items():  # realised for the drafters that drafted
+            weight = float(t.drafter_shares.get(name) or t.num_drafts or 1)
+            self.acceptance.setdefault(name, Beta()).add(float(rate), weight, self.discount)
+        if self.p["calibrate"] and prices_gamma(t):
+            self._calibrate(t)
+
+    def _calibrate(self, t: Telemetry) -> None:
+        predicted = self._predicted(t)
+        if predicted is None or predicted <= 0:
+            return
+        ratio = max(t.step_time - switch_seconds(t), 1e-9) / predicted
+        table = self.ratio_spec if t.gamma > 0 else self.ratio_plain
+        c = _class(t.batch_size)
+        table[c] = ratio if c not in table else _move(table[c], ratio)
+
+    def _predicted(self, t: Telemetry) -> float | None:
+        """The profile's time for the step ``t`` ran (uncalibrated)."""
+        p = self.profile
+        if p is None:
+            return None
+        b = t.batch_size
+        rows = 1.0 + t.proposed / b
+        drafting = sum(
+            t.gamma * p.draft(n, d) for d, n in t.drafter_shares.items() if p.drafter(d) == d
+        )  # each group's draft steps (γ is the step's largest: an upper bound)
+        return p.target(b, rows, self.context) + drafting
+
+    # ------------------------------------------------------------------ deciding
+
+    def _ratio(self, batch: int, spec: bool) -> float:
+        if not self.p["calibrate"]:
+            return 1.0
+        c = _class(batch)
+        plain = _nearest(self.ratio_plain, c, 1.0)
+        return _nearest(self.ratio_spec, c, plain) if spec else plain
+
+    def drafters(self) -> list[str]:
+        p = self.profile
+        return sorted(
+            d for d in (p.drafter_s if p is not None else {}) if p is not None and p.drafter(d) == d
+        )
+
+    def _rows(self, drafter: str, gamma: int) -> float:
+        runs = self.runs.get(drafter)
+        if runs is not None and runs.weight >= MIN_RUNS and gamma <= runs.depth:
+            return runs.rows(gamma)
+        return float(gamma + 1)
+
+    def step_costs(self) -> list[StepCosts]:
+        p = self.profile
+        if p is None:
+            return []
+        gmax = min(self.gamma_max, p.gamma_max)
+        top = max(p.batches[-1], 1)
+        batches = [1 << i for i in range(top.bit_length() + 1) if 1 << i <= top] or [1]
+        if batches[-1] != top:
+            batches.append(top)
+        out = []
+        for b in batches:
+            plain = p.target(b, 1, self.context) * self._ratio(b, False)
+            spec = {
+                d: [
+                    (g * p.draft(b, d) + p.target(b, self._rows(d, g), self.context)) * self._ratio(b, True)
+                    for g in range(1, gmax + 1)
+                ]
+                for d in self.drafters()
+            }
+            out.append(StepCosts(batch=b, plain_s=plain, spec_s=spec if gmax > 0 else {}))
+        return out
+
+    def priors(self) -> tuple[dict[str, float], dict[str, float]]:
+        """Each profiled drafter's acceptance: the mean, and the highest plausible one."""
+        mean, hi = {}, {}
+        for d in self.drafters():
+            beta = self.acceptance.get(d, Beta())
+            n = beta.a + beta.b
+            sd = math.sqrt(beta.a * beta.b / (n * n * (n + 1.0)))
+            mean[d], hi[d] = beta.mean, min(beta.mean + self.z * sd, 1.0)
+        return mean, hi
+
+    def hold_steps(self) -> int:
+        p, lo, hi = self.profile, self.p["hold_min"], self.p["hold_max"]
+        if p is None:
+            return lo
+        costs = [p.catch_up(1, self.p["switch_tokens"], d) for d in self.drafters()]
+        switch = max((c for c in costs if c is not None), default=0.0)
+        plain = p.target(1, 1, self.context)
+        k = math.ceil(switch / (self.p["switch_share"] * plain)) if plain > 0 else lo
+        return max(lo, min(hi, k))
 
     def decide(self, now: float) -> Choice:
-        drafter = self.chooser.choose() if self.chooser is not None else self.fixed_drafter
         offload = self.offload.decide() if self.offload is not None else False
-        gammas = [0 if offload else b.arm for b in self.bandits]
-        gamma = gammas[self.buckets.index(self.recent_batch)]
-        if self.chooser is not None and gamma > 0 and self.use_prior:
-            drafter = self.prior.best(self.recent_batch, gamma, drafter)[0] or drafter
-        explore = [i for i, b in enumerate(self.bandits) if b.explore]
-        costs = self.drafter_costs(self.recent_batch) if self.chooser is not None else {}
+        costs = [] if offload else self.step_costs()
+        if not costs:
+            why = "offloaded" if offload else "no cost profile yet"
+            return Choice(
+                gamma_table=[(ALL_BATCHES, 0)], offload=offload, note=f"nightjar: plain decoding ({why})"
+            )
+        mean, hi = self.priors()
+        table, best = self._describe(costs, mean)
         return Choice(
-            gamma_table=self.buckets.table(gammas),
-            drafter=drafter,
-            drafter_scope=self.chooser.scope if self.chooser is not None else "batch",
-            score_drafters=self.chooser is not None,
-            drafter_costs=costs,
-            skip_drafters=self.dominated(costs, drafter),
+            gamma_table=table,
+            drafter=best,
+            drafter_scope="request",
+            score_drafters=True,
+            step_costs=costs,
+            acceptance=mean,
+            acceptance_hi=hi,
+            hold_steps=self.hold_steps(),
             offload=offload,
-            note=f"nightjar γ={gammas}" + (" offload" if offload else ""),
-            extra={"exploring": explore},
+            note="nightjar cost rule γ=" + ",".join(str(g) for _, g in table),
         )
+
+    def _describe(
+        self, costs: list[StepCosts], mean: dict[str, float]
+    ) -> tuple[list[tuple[int, int]], str | None]:
+        """γ per pow2 bucket at the prior acceptance, and the drafter that would run at batch 1."""
+        table: list[tuple[int, int]] = []
+        first: str | None = None
+        for i, c in enumerate(costs):
+            name, gamma, loss = None, 0, c.plain_s
+            for d, steps in c.spec_s.items():
+                for g, s in enumerate(steps, start=1):
+                    x = s / expected_tokens(mean.get(d, 0.5), g)
+                    if x < loss:
+                        name, gamma, loss = d, g, x
+            if i == 0:
+                first = name
+            upper = ALL_BATCHES if i == len(costs) - 1 else c.batch
+            table.append((upper, gamma))
+        return table, first
+
+    # ------------------------------------------------------------------ state
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "shape": {"gamma_max": self.gamma_max, "uppers": list(self.buckets.uppers)},
-            "bandits": [b.state_dict() for b in self.bandits],
-            "draws": self.draws.state(),
-            "switch": self.switch.state_dict(),
-            "chooser": self.chooser.state_dict() if self.chooser is not None else None,
+            "acceptance": {n: [b.a, b.b] for n, b in self.acceptance.items()},
+            "runs": {n: [r.accepted, r.proposed] for n, r in self.runs.items()},
+            "context": self.context,
+            "ratio_plain": {str(c): r for c, r in self.ratio_plain.items()},
+            "ratio_spec": {str(c): r for c, r in self.ratio_spec.items()},
             "offload": self.offload.state_dict() if self.offload is not None else None,
-            "last_batch": list(self.last_batch),
-            "recent_batch": self.recent_batch,
-            "transitions": self.transitions.state_dict(),
-            "prior": self.prior.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        shape = {"gamma_max": self.gamma_max, "uppers": list(self.buckets.uppers)}
-        if state["shape"] != shape:
-            raise ValueError(f"saved nightjar state has shape {state['shape']}, this policy {shape}")
-        for bandit, s in zip(self.bandits, state["bandits"], strict=True):
-            bandit.load_state_dict(s)
-        self.draws = Draws.from_state(state["draws"])
-        self.switch.load_state_dict(state["switch"])
-        if self.chooser is not None and state["chooser"] is not None:
-            self.chooser.load_state_dict(state["chooser"])
-        if self.offload is not None and state["offload"] is not None:
+        self.acceptance = {
+            str(n): Beta(float(v[0]), float(v[1])) for n, v in state.get("acceptance", {}).items()
+        }
+        self.runs = {str(n): Runs([float(x) for x in v[0]], [float(x) for x in v[1]])
+                     for n, v in state.get("runs", {}).items()}  # fmt: skip
+        ctx = state.get("context")
+        self.context = None if ctx is None else float(ctx)
+        self.ratio_plain = {int(c): float(r) for c, r in state.get("ratio_plain", {}).items()}
+        self.ratio_spec = {int(c): float(r) for c, r in state.get("ratio_spec", {}).items()}
+        if self.offload is not None and state.get("offload") is not None:
             self.offload.load_state_dict(state["offload"])
-        self.last_batch = [int(b) for b in state["last_batch"]]
-        self.recent_batch = int(state.get("recent_batch", 1))
-        self.transitions.load_state_dict(state["transitions"])
-        if "prior" in state:
-            self.prior.load_state_dict(state["prior"])
+
+
+def _move(mean: float, x: float) -> float:
+    return mean + RATIO_WEIGHT * (x - mean)
+
+
+def _class(batch: int) -> int:
+    return max(int(batch), 1).bit_length()
+
+
+def _nearest(table: dict[int, float], c: int, default: float) -> float:
+    if c in table:
+        return table[c]
+    if not table:
+        return default
+    return table[min(table, key=lambda k: (abs(k - c), k))]

@@ -17,6 +17,7 @@ from planner.policies.base import Policy
 _POLICIES: dict[str, str | type[Policy]] = {
     "static": "planner.policies.static:StaticPolicy",
     "nightjar": "planner.policies.nightjar:NightjarPolicy",
+    "bandit": "planner.policies.bandit:BanditPolicy",
     "hedge": "planner.policies.hedge:HedgePolicy",
     "threshold": "planner.policies.threshold:ThresholdPolicy",
     "ucb": "planner.policies.ucb:UCBPolicy",

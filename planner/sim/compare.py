@@ -23,10 +23,10 @@ from planner.sim.worker import SimWorker
 from planner.sim.worlds import WORLDS
 
 POLICIES: dict[str, tuple[str, dict[str, Any]]] = {
-    "nightjar": ("nightjar", {}),
-    "nightjar, no C_switch": ("nightjar", {"switch_cost": False}),
-    "nightjar, explore=paper": ("nightjar", {"explore": "paper"}),
-    "nightjar, explore=fork": ("nightjar", {"explore": "fork"}),
+    "bandit": ("bandit", {}),
+    "bandit, no C_switch": ("bandit", {"switch_cost": False}),
+    "bandit, explore=paper": ("bandit", {"explore": "paper"}),
+    "bandit, explore=fork": ("bandit", {"explore": "fork"}),
     "static γ=0": ("static", {"gamma": 0}),
     "static γ=3": ("static", {"gamma": 3}),
     "threshold γ=3 to batch 16": ("threshold", {}),

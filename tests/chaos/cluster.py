@@ -85,20 +85,24 @@ class RedisServer:
 
 @dataclass
 class Cluster:
-    """The gateway, the planner and two workers as ``python -m nightjar`` processes."""
+    """The gateway, the planner and two workers as ``python -m nightjar`` processes, on the
+    suite's own ``redis`` (or, when ``redis_url`` is given, on that URL: a Redis Cluster or
+    Sentinel set that tests/cluster runs, which ``heal`` leaves alone)."""
 
-    redis: RedisServer
+    redis: RedisServer | None
     model_dir: Path
     logs: Path
     workers: tuple[str, ...] = ("wA", "wB")
-    claim_idle_s: float = 3.0
-    renew_s: float = 1.0
+    claim_idle_s: float = 3.0  # the only failover setting: renewals every 1 s, sweeps every 0.5 s
     max_jobs: int = 8
     drain_timeout_s: float = 5.0
+    outage_grace_s: float = 15.0  # the gateway's: a 5 s Redis outage is ridden out, a 30 s one is not
     admin_token: str = "chaos-admin-token"
     port: int = field(default_factory=free_port)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     starts: dict[str, int] = field(default_factory=dict)
+    redis_url: str = ""
+    worker_args: tuple[str, ...] = ()  # more options of every worker (e.g. --no-profile)
 
     @property
     def url(self) -> str:
@@ -110,16 +114,16 @@ class Cluster:
 
     def command(self, name: str) -> list[str]:
         base = [sys.executable, "-m", "nightjar", "--log-level", "info"]
-        rurl = ["--redis-url", self.redis.url()]
+        assert self.redis_url or self.redis is not None, "a Redis to run on"
+        rurl = ["--redis-url", self.redis_url or (self.redis.url() if self.redis else "")]
         if name == "gateway":
             return [*base, "gateway", *rurl, "--host", "127.0.0.1", "--port", str(self.port),
-                    "--max-queue", "500"]  # fmt: skip
+                    "--max-queue", "500", "--outage-grace", str(self.outage_grace_s)]  # fmt: skip
         if name == "planner":
             return [*base, "planner", *rurl, "--policy", "static", "--set", "gamma=1"]
         return [*base, "worker", *rurl, "--model", str(self.model_dir), "--worker-id", name,
                 "--max-jobs", str(self.max_jobs), "--engine-opt", "num_blocks=256",
-                "--claim-idle", str(self.claim_idle_s), "--renew", str(self.renew_s),
-                "--autoclaim", "0.5", "--threads", "1"]  # fmt: skip
+                "--claim-idle", str(self.claim_idle_s), "--threads", "1", *self.worker_args]  # fmt: skip
 
     def start(self, name: str) -> None:
         old = self.procs.get(name)
@@ -220,7 +224,7 @@ class Cluster:
         for p in self.procs.values():
             if p.poll() is None:
                 p.send_signal(signal.SIGCONT)
-        if not self.redis.alive():
+        if self.redis is not None and not self.redis.alive():
             self.redis.start()
         for name in self.dead():
             self.start(name)

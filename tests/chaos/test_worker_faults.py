@@ -1,7 +1,8 @@
 """A worker killed or paused under load: every job ends once, no token position twice.
 
 (a) SIGKILL one of two workers while 20 jobs run: all finish, exact, and the dead worker's
-orphans finish within ``--claim-idle`` + 5 s of the kill.
+orphans resume and finish within ``--claim-idle`` + 5 s of the kill (the workers are given
+``--claim-idle 3`` alone: renewals and sweeps follow from it).
 (b) SIGSTOP one worker past ``--claim-idle`` (its jobs are taken over), then SIGCONT: the
 resumed worker writes nothing more for the jobs it lost.
 """
@@ -75,9 +76,17 @@ async def test_worker_sigkill_under_load(healthy: Cluster, gw: httpx.AsyncClient
     )
     t = tally(list(audits.values()), expected)
     orphan_finish = [(audits[j].final_ms or 0) / 1000 - killed_at for j in orphans]
-    print(f"\n[chaos a] {t} orphans={len(orphans)} orphan_finish_s(max)={max(orphan_finish, default=0):.2f}")
+    # Resumed: the orphan's start event written by the worker that took it over.
+    orphan_resume = [_resumed_ms(audits[j], victim) / 1000 - killed_at for j in orphans]
+    print(
+        f"\n[chaos a] {t} orphans={len(orphans)} claim_idle_s={c.claim_idle_s:g} "
+        f"orphan_resume_s(max)={max(orphan_resume, default=0):.2f} "
+        f"orphan_finish_s(max)={max(orphan_finish, default=0):.2f}"
+    )
     assert t.clean() and t.failed == 0, (t, _bad(audits))
     assert orphans and all(audits[j].workers[-1] != victim for j in orphans)
+    # Renewals and sweeps derive from --claim-idle alone (worker/settings.py claim_timing).
+    assert max(orphan_resume) <= c.claim_idle_s + 5, orphan_resume
     assert max(orphan_finish) <= c.claim_idle_s + 5, orphan_finish
     assert c.dead() == {victim: -signal.SIGKILL}
 
@@ -133,6 +142,11 @@ async def test_worker_sigstop_past_claim_idle_then_sigcont(
     )
     assert t.clean() and t.failed == 0, (t, _bad(audits))
     assert not c.dead(), c.logs_of_dead()
+
+
+def _resumed_ms(a: Audit, victim: str) -> int:
+    """When another worker than ``victim`` started the job (its start event's stream time)."""
+    return next(ms for (worker, _), ms in zip(a.starts, a.start_ms, strict=True) if worker != victim)
 
 
 def _bad(audits: dict[str, Audit]) -> list[tuple[str, int, int, list[tuple[str, int]]]]:

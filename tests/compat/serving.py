@@ -45,7 +45,7 @@ async def served(model_dir: Path, timeout_s: float = 180) -> AsyncIterator[str]:
     worker = WorkerService(
         WorkerSettings(model_dir=str(model_dir), worker_id="compat", block_ms=200, engine={"num_blocks": 256})
     )
-    planner = PlannerService(PlannerSettings(block_ms=200))
+    planner = PlannerService(PlannerSettings(policy="static", block_ms=200))
     server = http_server(create_app(GatewaySettings()), "127.0.0.1", port, "warning")
     with anyio.fail_after(timeout_s):
         async with anyio.create_task_group() as tg:

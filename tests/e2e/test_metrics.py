@@ -24,6 +24,7 @@ from shared import codec, keys
 from shared.connection import connect, reset_fake_server
 from shared.control import Decision
 from tests.e2e.conftest import free_port, poll
+from tests.vllm_dashboards import manifest
 from worker.service import WorkerService
 from worker.settings import WorkerSettings
 
@@ -73,7 +74,7 @@ async def test_metrics_request_ids_and_top_on_a_speculative_run(caplog: pytest.L
             model_dir=str(TARGET), drafters=[str(d) for d in DRAFTERS], worker_id=WORKER, block_ms=200
         )
     )
-    planner = PlannerService(PlannerSettings(block_ms=200, params={"gamma": 3}))
+    planner = PlannerService(PlannerSettings(policy="static", block_ms=200, params={"gamma": 3}))
     server = http_server(create_app(GatewaySettings(admin_token="t")), "127.0.0.1", port, "warning")
     r = connect("memory://")
     with anyio.fail_after(240):
@@ -87,13 +88,14 @@ async def test_metrics_request_ids_and_top_on_a_speculative_run(caplog: pytest.L
                 _check_gateway(samples)
                 _check_worker(samples)
                 _check_planner(samples)
+                _check_vllm(samples)
                 hedge = await _hedge_weights(gw)
                 snap = top.render(await top.snapshot(r), "memory://")
             server.should_exit = True
     _check_logs(caplog)
     _check_top(snap)
     assert set(hedge) >= {"ngram"} and sum(hedge.values()) == pytest.approx(1.0, abs=0.01)
-    assert "hedge     drafter weights" in snap and "policy nightjar" in snap
+    assert "hedge     drafter weights" in snap and "policy bandit" in snap
 
 
 async def _ready(gw: httpx.AsyncClient) -> bool:
@@ -155,22 +157,22 @@ async def _offload_and_back(gw: httpx.AsyncClient) -> None:
 
 
 async def _hedge_weights(gw: httpx.AsyncClient) -> dict[str, float]:
-    """Swap to the nightjar policy (NormalHedge over the drafters): its weights are exported."""
-    resp = await gw.post("/admin/policy", json={"policy": "nightjar"}, headers={"Authorization": "Bearer t"})
+    """Swap to the bandit policy (NormalHedge over the drafters): its weights are exported."""
+    resp = await gw.post("/admin/policy", json={"policy": "bandit"}, headers={"Authorization": "Bearer t"})
     assert resp.status_code == 202
 
     async def weights() -> dict[str, float]:
         await gw.post("/v1/completions", json={"prompt": "one two one two one", "max_tokens": 8})
         s = await scrape(gw)
         active = (
-            total(s, "nightjar:planner_active_policy", policy="nightjar")
-            if any(lb.get("policy") == "nightjar" for lb, _ in s.get("nightjar:planner_active_policy", []))
+            total(s, "nightjar:planner_active_policy", policy="bandit")
+            if any(lb.get("policy") == "bandit" for lb, _ in s.get("nightjar:planner_active_policy", []))
             else 0
         )
         got = {lb["drafter"]: v for lb, v in s.get("nightjar:planner_drafter_weight", [])}
         return got if active == 1 and got else {}
 
-    got = await poll(weights, 60, "the nightjar policy's drafter weights", every_s=0.2)
+    got = await poll(weights, 60, "the bandit policy's drafter weights", every_s=0.2)
     assert isinstance(got, dict)
     return got
 
@@ -226,6 +228,43 @@ def _check_planner(s: Samples) -> None:
     assert 0 <= total(s, "nightjar:planner_decision_age_seconds") < 30
     assert total(s, "nightjar:planner_telemetry_observed_total", worker=WORKER) > 10
     assert total(s, "nightjar:planner_fallback_steps_total", worker=WORKER) >= 0
+
+
+def _check_vllm(s: Samples) -> None:
+    """vLLM's dashboards (deploy/grafana/vllm-queries.json) resolve against /metrics: every
+    family they query is there with the labels they select and group by (job and instance are
+    Prometheus'), and their selections match our series."""
+    spec = manifest()
+    skip = set(spec["not_exported"]) | set(spec["prometheus_metrics"])
+    outside = set(spec["prometheus_labels"])
+    for dash in spec["dashboards"]:
+        for name, labels in dash["metrics"].items():
+            if name in skip:
+                continue
+            series = [lb for lb, _ in s.get(name, [])]
+            assert series, (dash["title"], f"{name} is not on /metrics")
+            for label in set(labels) - outside:
+                assert any(label in lb for lb in series), (dash["title"], name, label)
+            for label, values in dash.get("label_values", {}).get(name, {}).items():
+                assert set(values) <= {lb.get(label) for lb in series}, (name, label, values)
+        assert not set(spec["not_exported"]) & set(s), "named as absent but exported"
+    vllm = {"model_name": "nj-target", "engine": WORKER}
+    # the dashboards' model_name variable is the served model; traffic shows in every row
+    assert total(s, "vllm:request_success_total", **vllm) >= 12
+    assert total(s, "vllm:e2e_request_latency_seconds_count", **vllm) >= 12
+    assert total(s, "vllm:inter_token_latency_seconds_count", **vllm) > 50
+    assert total(s, "vllm:generation_tokens_total", **vllm) > 100
+    accepted = total(s, "vllm:spec_decode_num_accepted_tokens_total", **vllm)
+    assert 0 < accepted <= total(s, "vllm:spec_decode_num_draft_tokens_total", **vllm)
+    per_pos = total(s, "vllm:spec_decode_num_accepted_tokens_per_pos_total", **vllm)
+    assert per_pos == accepted
+    # the same numbers as Nightjar's own families
+    w = {"worker": WORKER, "model": "nj-target"}
+    assert accepted == total(s, "nightjar:spec_decode_num_accepted_tokens_total", **w)
+    generated = total(s, "nightjar:engine_generated_tokens_total", **w)
+    assert total(s, "vllm:generation_tokens_total", **vllm) == generated
+    assert total(s, "http_requests_total", handler="/v1/completions", status="2xx") >= 7
+    assert not [lb for lb, _ in s["http_requests_total"] if lb["handler"].startswith(("/metrics", "/health"))]
 
 
 def _check_logs(caplog: pytest.LogCaptureFixture) -> None:

@@ -65,9 +65,7 @@ def cluster(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     for wid in WORKERS:
         worker_args = ["worker", "--model", str(model_dir), "--worker-id", wid, "--max-jobs", "8"]
         worker_args += ["--engine-opt", "num_blocks=256"]  # the default 1 GiB of KV is slow to set up
-        procs[wid] = _spawn(
-            wid, [*worker_args, "--claim-idle", "3", "--renew", "1", "--autoclaim", "0.5"], logs
-        )
+        procs[wid] = _spawn(wid, [*worker_args, "--claim-idle", "3"], logs)  # renews every 1 s, sweeps 0.5 s
     c = Cluster(f"http://127.0.0.1:{port}", model_dir, procs, logs)
     try:
         yield c

@@ -86,7 +86,8 @@ async def test_a_stream_past_its_deadline_ends_with_an_error_chunk_and_done(r: a
 async def test_a_redis_failure_mid_stream_ends_with_an_error_chunk_and_done(
     r: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with gateway(r, keepalive_s=0.1) as gw, stalling_worker(r):
+    """Past the outage grace period (a shorter outage is ridden out: tests/gateway/test_outage.py)."""
+    async with gateway(r, keepalive_s=0.1, outage_grace_s=0.3) as gw, stalling_worker(r) as seen:
         real_xread = r.xread
         delivered = False
 
@@ -98,11 +99,20 @@ async def test_a_redis_failure_mid_stream_ends_with_an_error_chunk_and_done(
             delivered = bool(entries(got))
             return got
 
+        real_hget = r.hget
+
+        async def flaky_hget(*args, **kwargs):  # type: ignore[no-untyped-def]
+            if delivered:  # (the reader's look at the job's status fails the same way)
+                raise RedisConnectionError("Connection reset by peer")
+            return await real_hget(*args, **kwargs)
+
         monkeypatch.setattr(r, "xread", flaky_xread)
+        monkeypatch.setattr(r, "hget", flaky_hget)
         with anyio.fail_after(10):
             resp = await gw.post("/v1/completions", json={"prompt": "x", "stream": True})
     data = _data(resp.text)
     assert data[-1] == "[DONE]" and json.loads(data[-2])["error"]["code"] == "unavailable"
+    assert await r.get(keys.job_cancel(MODEL, seen[0])) == b"1"  # the client got an error: no work goes on
 
 
 async def _finish(r: aioredis.Redis, job_id: str) -> list[str]:
@@ -139,3 +149,30 @@ async def test_a_stream_that_was_waiting_ends_when_the_job_ends(r: aioredis.Redi
         with anyio.fail_after(5):
             resp = await gw.get(f"/v1/jobs/{job_id}/events", headers={"Last-Event-ID": ids[0]})
     assert resp.status_code == 200 and "event:" not in resp.text
+
+
+async def test_positions_written_again_after_a_lossy_failover_are_not_sent_twice(r: aioredis.Redis) -> None:
+    """A Redis failover lost writes this reader had been sent; the job's re-run writes those
+    positions again after them (worker/leases.py). The client gets each position once."""
+    from shared.schemas import FinishEvent
+
+    async with gateway(r) as gw:
+        job_id = (await gw.post("/v1/jobs", json={"prompt": "x"})).json()["id"]
+        first = [StartEvent(job_id=job_id, worker_id="wA")]
+        first += [TokenEvent(job_id=job_id, index=i, token_ids=[10 + i], text=f"t{i}") for i in range(3)]
+        rerun = [StartEvent(job_id=job_id, worker_id="wB", attempt=2)]
+        rerun += [TokenEvent(job_id=job_id, index=i, token_ids=[10 + i], text=f"t{i}") for i in (1, 2, 3)]
+        final = FinishEvent(
+            job_id=job_id, finish_reason="length", text="t0t1t2t3", token_ids=[10, 11, 12, 13],
+            prompt_tokens=1, completion_tokens=4,
+        )  # fmt: skip
+        async with r.pipeline(transaction=False) as pipe:
+            jobs.add_events(pipe, job_id, first + rerun, model=MODEL)
+            jobs.add_result(pipe, final, model=MODEL)
+            await pipe.execute()
+        with anyio.fail_after(5):
+            resp = await gw.get(f"/v1/jobs/{job_id}/events")
+    sent = [json.loads(d) for d in _data(resp.text)]
+    positions = [e["index"] for e in sent if "index" in e]
+    assert positions == [0, 1, 2, 3]
+    assert [e.get("attempt") for e in sent if "worker_id" in e and "index" not in e][:2] == [1, 2]

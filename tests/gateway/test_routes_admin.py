@@ -12,10 +12,18 @@ pytestmark = pytest.mark.anyio
 BODY = {"policy": "static", "params": {"gamma": 2}}
 
 
-async def test_disabled_without_a_configured_token(r: aioredis.Redis) -> None:
+async def test_closed_without_a_configured_token_401_bare_403_with_any(r: aioredis.Redis) -> None:
+    """No admin token configured: never a 5xx (it used to be a 503); without a token 401, with
+    any 403, both saying how to configure one."""
     async with gateway(r) as gw:
-        resp = await gw.post("/admin/policy", json=BODY, headers={"Authorization": "Bearer x"})
-    assert resp.status_code == 503 and resp.json()["error"]["code"] == "admin_disabled"
+        bare = await gw.post("/admin/policy", json=BODY)
+        given = await gw.post("/admin/policy", json=BODY, headers={"Authorization": "Bearer x"})
+    assert bare.status_code == 401 and bare.json()["error"]["code"] == "unauthorized"
+    assert given.status_code == 403 and given.json()["error"]["code"] == "admin_disabled"
+    assert given.json()["error"]["type"] == "permission_error" and "Retry-After" not in given.headers
+    for resp in (bare, given):
+        assert "NIGHTJAR_ADMIN_TOKEN" in resp.json()["error"]["message"]
+    assert await r.xlen(keys.PLANNER_CONTROL_STREAM) == 0
 
 
 async def test_token_is_required_and_checked(r: aioredis.Redis) -> None:
@@ -24,6 +32,8 @@ async def test_token_is_required_and_checked(r: aioredis.Redis) -> None:
         assert (
             await gw.post("/admin/policy", json=BODY, headers={"Authorization": "Basic s3cret"})
         ).status_code == 401
+        empty = await gw.post("/admin/policy", json=BODY, headers={"Authorization": "Bearer "})
+        assert empty.status_code == 401
         assert (
             await gw.post("/admin/policy", json=BODY, headers={"Authorization": "Bearer nope"})
         ).status_code == 403

@@ -7,11 +7,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from nightjar import options
+from nightjar import commands, options
 from nightjar.cli import build_parser, main
 from shared import codec, keys
 from shared.connection import connect, reset_fake_server
 from shared.control import PolicyCommand
+from worker.settings import WorkerSettings
 
 
 def _error_line(capsys: pytest.CaptureFixture[str]) -> str:
@@ -45,15 +46,43 @@ def test_bad_input_is_one_line_and_exit_2(argv: list[str], capsys: pytest.Captur
     _error_line(capsys)
 
 
+TARGET = str(options.BUNDLED_MODEL)
+
+
 def test_environment_gives_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NIGHTJAR_PORT", "9001")
     monkeypatch.setenv("NIGHTJAR_REDIS_URL", "redis://h:1/3")
     monkeypatch.setenv("NIGHTJAR_MAX_JOBS", "4")
-    args = build_parser().parse_args(["up"])
-    assert (args.port, args.redis_url, args.max_jobs) == (9001, "redis://h:1/3", 4)
-    assert build_parser().parse_args(["up", "--port", "9002"]).port == 9002
+    args = build_parser().parse_args(["up", "--model", TARGET])
+    gw, wk = commands.gateway_config(args, False), commands.worker_config(args, False)
+    assert (gw.port, gw.redis_url, wk.redis_url, wk.max_jobs) == (9001, "redis://h:1/3", "redis://h:1/3", 4)
+    args = build_parser().parse_args(["up", "--port", "9002", "--model", TARGET])
+    assert commands.gateway_config(args, False).port == 9002  # a flag wins over the environment
     monkeypatch.setenv("NIGHTJAR_DECISION_VALID_FOR_S", "4.5")
-    assert build_parser().parse_args(["planner"]).valid_for == 4.5
+    assert commands.planner_config(build_parser().parse_args(["planner"]), True).valid_for_s == 4.5
+
+
+def test_command_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`up` embeds its store; the services started alone use the local Redis; a worker
+    started from the command line profiles (an embedded one does not unless asked)."""
+    monkeypatch.delenv("NIGHTJAR_REDIS_URL", raising=False)
+    monkeypatch.delenv("NIGHTJAR_PROFILE", raising=False)
+    up = build_parser().parse_args(["up", "--model", TARGET])
+    assert commands.gateway_config(up, False).redis_url == "memory://"
+    assert commands.worker_config(up, False).profile is True
+    worker = build_parser().parse_args(["worker", "--model", TARGET])
+    assert commands.worker_config(worker, True).redis_url == "redis://127.0.0.1:6379/0"
+    gateway = build_parser().parse_args(["gateway"])
+    assert commands.gateway_config(gateway, True).redis_url == "redis://127.0.0.1:6379/0"
+    assert WorkerSettings(model_dir=TARGET).profile is False
+
+
+def test_a_bad_environment_value_is_one_line_naming_flag_and_variable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("NIGHTJAR_MAX_QUEUE", "0")
+    assert main(["gateway"]) == 2
+    assert "--max-queue / NIGHTJAR_MAX_QUEUE" in _error_line(capsys)
 
 
 def test_planner_use_sends_a_policy_command(capsys: pytest.CaptureFixture[str]) -> None:
@@ -106,22 +135,39 @@ def test_drafters_default_to_the_bundled_ones_that_exist(
     assert options.drafter_dirs(str(target), None) == [str(prose)]  # nj-draft-code is not there
     other = _model(tmp_path / "elsewhere" / "nj-target")
     assert options.drafter_dirs(str(other), None) == []
+    # models/X may be a link to an export kept elsewhere: still the bundled model's drafters
+    export = _model(tmp_path / "exports" / "smollm2")
+    heads = [_model(tmp_path / "models" / n) for n in ("smol-eagle-chat", "smol-eagle-code")]
+    (tmp_path / "models" / "smollm2-135m-instruct").symlink_to(export)
+    linked = str(tmp_path / "models" / "smollm2-135m-instruct")
+    assert options.drafter_dirs(linked, None) == [str(h) for h in heads]
     assert options.drafter_dirs(str(target), ["none"]) == []
     assert options.drafter_dirs(str(target), [str(other)]) == [str(other)]
     monkeypatch.setenv("NIGHTJAR_DRAFTERS", f"{prose}, {other}")
-    assert options.drafter_dirs(str(target), None) == [str(prose), str(other)]
-    args = build_parser().parse_args(["up", "--drafter", "a", "--drafter", "b", "--no-ngram"])
-    assert args.drafter == ["a", "b"] and args.ngram is False
-    assert build_parser().parse_args(["worker"]).ngram is True
+    args = build_parser().parse_args(["worker", "--model", str(target)])
+    assert list(commands.worker_config(args, True).drafters or ()) == [str(prose), str(other)]
+    args = build_parser().parse_args(["up", "--model", str(target), "--drafter", "none", "--no-ngram"])
+    settings = commands.worker_config(args, False)
+    assert settings.drafters == () and settings.ngram is False
+    args = build_parser().parse_args(["up", "--drafter", "a", "--drafter", "b"])
+    assert args.drafters == ["a", "b"]
+    assert commands.worker_config(build_parser().parse_args(["worker", "--model", str(target)]), True).ngram
 
 
 def test_profile_flags(monkeypatch: pytest.MonkeyPatch) -> None:
-    args = build_parser().parse_args(["worker"])
-    assert args.profile is True and args.profile_budget == 60.0
-    args = build_parser().parse_args(["up", "--no-profile", "--profile-budget", "15"])
-    assert args.profile is False and args.profile_budget == 15.0
+    monkeypatch.delenv("NIGHTJAR_PROFILE", raising=False)
+    args = build_parser().parse_args(["worker", "--model", TARGET])
+    s = commands.worker_config(args, True)
+    assert s.profile is True and s.profile_budget_s == 60.0 and s.profile_cache is True
+    args = build_parser().parse_args(["up", "--model", TARGET, "--no-profile", "--profile-budget", "15"])
+    s = commands.worker_config(args, False)
+    assert s.profile is False and s.profile_budget_s == 15.0
+    assert s.profiling().enabled is False and s.profiling().budget_s == 15.0
     monkeypatch.setenv("NIGHTJAR_PROFILE", "0")
-    assert build_parser().parse_args(["worker"]).profile is False
+    assert (
+        commands.worker_config(build_parser().parse_args(["worker", "--model", TARGET]), True).profile
+        is False
+    )
 
 
 def test_a_missing_drafter_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -136,20 +182,44 @@ def test_gateway_security_and_limit_flags(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("NIGHTJAR_API_KEYS", "k1, k2,")
     monkeypatch.setenv("NIGHTJAR_RESULT_TTL_S", "3600")
     args = build_parser().parse_args(["gateway", "--redis-url", "memory://", "--rate-limit", "5"])
-    s = _gateway_app(args).state.settings
+    s = _gateway_app(args, True).state.settings
     assert s.api_keys == ("k1", "k2") and s.rate_limit_rps == 5 and s.result_ttl_s == 3600
     assert s.max_body_bytes == 4 * 1024 * 1024 and s.request_timeout_s == 600
+    assert s.outage_grace_s == 30
     args = build_parser().parse_args(
-        ["gateway", "--redis-url", "memory://", "--api-key", "a", "--api-key", "b", "--rate-burst", "9",
-         "--request-timeout", "30", "--max-body-bytes", "1000", "--max-concurrency", "10"]
+        [
+            "gateway",
+            "--redis-url",
+            "memory://",
+            "--api-key",
+            "a",
+            "--api-key",
+            "b",
+            "--rate-burst",
+            "9",
+            "--request-timeout",
+            "30",
+            "--max-body-bytes",
+            "1000",
+            "--max-concurrency",
+            "10",
+            "--outage-grace",
+            "5",
+        ]
     )
-    s = _gateway_app(args).state.settings
+    s = _gateway_app(args, True).state.settings
+    assert s.outage_grace_s == 5
     assert s.api_keys == ("a", "b") and s.rate_limit_burst == 9 and s.request_timeout_s == 30
     assert (s.max_body_bytes, s.max_concurrency) == (1000, 10)
     monkeypatch.delenv("NIGHTJAR_API_KEYS")
-    assert _gateway_app(build_parser().parse_args(["gateway"])).state.settings.api_keys == ()
-    args = build_parser().parse_args(["up"])
-    assert args.result_ttl == 3600  # one --result-ttl for the gateway and the worker of `up`
+    assert commands.gateway_config(build_parser().parse_args(["gateway"]), True).api_keys == ()
+    args = build_parser().parse_args(["up", "--result-ttl", "60", "--model", TARGET])
+    # one --result-ttl for the gateway and the worker of `up`
+    assert (
+        commands.gateway_config(args, False).result_ttl_s
+        == commands.worker_config(args, False).result_ttl_s
+        == 60
+    )
 
 
 @pytest.mark.parametrize(
@@ -159,6 +229,7 @@ def test_gateway_security_and_limit_flags(monkeypatch: pytest.MonkeyPatch) -> No
         ["gateway", "--request-timeout", "0"],
         ["gateway", "--rate-limit", "-1"],
         ["gateway", "--max-body-bytes", "0"],
+        ["gateway", "--outage-grace", "-1"],
     ],
 )
 def test_bad_gateway_limits_are_one_line_and_exit_2(

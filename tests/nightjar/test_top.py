@@ -79,7 +79,9 @@ async def test_top_shows_a_running_deployment_live_and_once() -> None:
             model_dir=str(TARGET), redis_url=REDIS_URL, worker_id=WORKER, block_ms=200, drafters=[]
         )
     )
-    planner = PlannerService(PlannerSettings(redis_url=REDIS_URL, block_ms=200, params={"gamma": 2}))
+    planner = PlannerService(
+        PlannerSettings(redis_url=REDIS_URL, policy="static", block_ms=200, params={"gamma": 2})
+    )
     server = http_server(create_app(GatewaySettings(redis_url=REDIS_URL)), "127.0.0.1", port, "warning")
     try:
         with anyio.fail_after(180):

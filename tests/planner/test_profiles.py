@@ -85,8 +85,8 @@ async def test_planner_hands_each_new_profile_to_the_policy(r: aioredis.Redis) -
     assert [p.measured_at for p in policy.profiles] == [100.0, 150.0]
     await planner.apply(PolicyCommand(policy="nightjar"))  # a policy swapped in gets it too
     nightjar = planner.slot.policy
-    assert isinstance(nightjar, NightjarPolicy) and nightjar.prior.profile is not None
-    assert nightjar.prior.profile.measured_at == 150.0
+    assert isinstance(nightjar, NightjarPolicy) and nightjar.profile is not None
+    assert nightjar.profile.measured_at == 150.0
 
 
 async def test_until_it_has_a_profile_the_planner_looks_often(r: aioredis.Redis) -> None:

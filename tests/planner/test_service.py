@@ -47,6 +47,7 @@ def factory(name: str, **params: Any) -> Policy:
 
 
 def _planner(r: aioredis.Redis, **kw: Any) -> PlannerService:
+    kw.setdefault("policy", "static")
     return PlannerService(PlannerSettings(**kw), redis=r, factory=factory)
 
 
@@ -100,6 +101,30 @@ async def test_policy_swaps_live_and_bad_commands_keep_the_old_policy(r: aioredi
     assert pending["pending"] == 0
 
 
+async def test_every_decision_names_the_command_whose_policy_made_it(r: aioredis.Redis) -> None:
+    """A swap's decision and every later one of that policy — a periodic republish whose note
+    no longer says who asked, a failed swap that kept it, a restart — carry the id of the
+    control entry that put the policy in place: how a caller finds out its swap is in force."""
+    p = _planner(r, republish_s=10)
+    first = await p.start()
+    assert first.command_id == ""  # the planner's own default
+    cmd = PolicyCommand(policy="static", params={"gamma": 2}, requested_by="admin api")
+    cmd_id = (await r.xadd(keys.PLANNER_CONTROL_STREAM, codec.entry(cmd))).decode()
+    await p.read_control(block_ms=None)
+    swapped = await _latest(r)
+    assert swapped.command_id == cmd_id and "by admin api" in swapped.note
+    assert p.publisher.last is not None
+    p.publisher.last = p.publisher.last.model_copy(update={"created_at": time.time() - 11})
+    again = await p.decide()  # republished as it ages: the note is the policy's own now
+    assert again is not None and "by admin api" not in again.note and again.command_id == cmd_id
+    await _command(r, "nope")
+    await p.read_control(block_ms=None)
+    refused = await _latest(r)
+    assert refused.note.startswith("error:") and refused.command_id == cmd_id
+    restarted = await _planner(r).start()
+    assert restarted.gamma_for(1) == 2 and restarted.command_id == cmd_id
+
+
 async def test_telemetry_feeds_the_policy_and_state_survives_a_restart(r: aioredis.Redis) -> None:
     p = _planner(r)
     await p.start()
@@ -145,14 +170,16 @@ async def test_hedge_publishes_its_drafter_scope(r: aioredis.Redis) -> None:
 
 async def test_only_a_learner_over_the_drafters_asks_for_their_scores(r: aioredis.Redis) -> None:
     """Counterfactual scoring costs the workers a forward of every model drafter per
-    speculative step: hedge and nightjar with HedgeSpec ask for it; a static or fixed-drafter
-    policy does not, and the change is a new decision."""
+    speculative step: hedge and bandit with HedgeSpec ask for it (nightjar once it has a
+    profile to speculate by); a static or fixed-drafter policy does not, and the change is a
+    new decision."""
     p = _planner(r, policy="hedge")
     assert (await p.start()).score_drafters
     for policy, params, wanted in [
         ("static", {"gamma": "4", "drafter": "d"}, False),
-        ("nightjar", {}, True),
-        ("nightjar", {"drafter_policy": "fixed"}, False),
+        ("bandit", {}, True),
+        ("bandit", {"drafter_policy": "fixed"}, False),
+        ("nightjar", {}, False),  # no profile yet: plain decoding, nothing to score
         ("threshold", {}, False),
     ]:
         before = await _latest(r)

@@ -206,14 +206,21 @@ def test_configure_json_writes_one_object_a_line(monkeypatch: pytest.MonkeyPatch
         logs.configure("info", "xml")  # type: ignore[arg-type]
 
 
-def test_cli_flags() -> None:
+def test_cli_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nightjar import commands
     from nightjar.cli import build_parser
+    from nightjar.options import BUNDLED_MODEL
 
-    args = build_parser().parse_args(["--log-format", "json", "worker", "--metrics-port", "9100"])
-    assert args.log_format == "json" and args.metrics_port == 9100 and args.metrics_host == "127.0.0.1"
+    for name in ("NIGHTJAR_METRICS_PORT", "NIGHTJAR_METRICS_HOST", "NIGHTJAR_LOG_FORMAT"):
+        monkeypatch.delenv(name, raising=False)
+    model = ["--model", str(BUNDLED_MODEL)]
+    args = build_parser().parse_args(["--log-format", "json", "worker", "--metrics-port", "9100", *model])
+    s = commands.worker_config(args, True)
+    assert args.log_format == "json" and s.metrics_port == 9100 and s.metrics_host == "127.0.0.1"
     args = build_parser().parse_args(["planner", "--metrics-port", "0", "--metrics-host", "0.0.0.0"])
-    assert args.metrics_port == 0 and args.metrics_host == "0.0.0.0" and args.log_format == "plain"
-    assert build_parser().parse_args(["worker"]).metrics_port is None
+    p = commands.planner_config(args, True)
+    assert p.metrics_port == 0 and p.metrics_host == "0.0.0.0" and "log_format" not in vars(args)
+    assert commands.worker_config(build_parser().parse_args(["worker", *model]), True).metrics_port is None
 
 
 @pytest.mark.anyio
@@ -223,7 +230,7 @@ async def test_a_planner_serves_metrics_on_its_port(r: Any) -> None:
     from planner.service import PlannerService
     from planner.settings import PlannerSettings
 
-    planner = PlannerService(PlannerSettings(metrics_port=0, block_ms=50), redis=r)
+    planner = PlannerService(PlannerSettings(policy="static", metrics_port=0, block_ms=50), redis=r)
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:
             tg.start_soon(planner.run)
@@ -257,3 +264,27 @@ def test_the_monitoring_profile_scrapes_every_service() -> None:
         assert targets == [f"{name}:{port}"], (name, targets)
     gateway_port = services["gateway"]["ports"][0].split(":")[-1]
     assert "gateway:" + gateway_port in str(prom["scrape_configs"])
+
+
+@pytest.mark.anyio
+async def test_a_planner_serves_its_probes_beside_its_metrics(r: Any) -> None:
+    import anyio
+
+    from planner.service import PlannerService
+    from planner.settings import PlannerSettings
+
+    planner = PlannerService(PlannerSettings(metrics_port=0, block_ms=50), redis=r)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(planner.run)
+            while planner.metrics.http_server is None or planner.metrics.last is None:
+                await anyio.sleep(0.02)
+            port = planner.metrics.http_server.server_port
+            async with httpx.AsyncClient() as client:
+                ready = await client.get(f"http://127.0.0.1:{port}/health")
+                live = await client.get(f"http://127.0.0.1:{port}/health/live")
+            tg.cancel_scope.cancel()
+    assert ready.status_code == live.status_code == 200
+    assert ready.json()["policy"] == planner.settings.policy and ready.json()["version"] >= 1
+    planner._decided_at -= 3600  # a decide loop stuck for an hour
+    assert planner.health("/health/live")[0] == 503

@@ -43,8 +43,9 @@ async def _serve_one(r: aioredis.Redis, w: WorkerService) -> None:
 async def test_worker_publishes_its_profile_unless_told_not_to(
     r: aioredis.Redis, model_dir: Path, engine: Engine, prompts: PromptEncoder, enabled: bool
 ) -> None:
-    profile = ProfileSettings(enabled=enabled, max_batch=2, reps=1)
-    settings = WorkerSettings(model_dir=str(model_dir), worker_id="w1", model_name=M, profile=profile)
+    settings = WorkerSettings(
+        model_dir=str(model_dir), worker_id="w1", model_name=M, profile=enabled, profile_shape=FAST
+    )
     w = WorkerService(settings, engine=engine, prompts=prompts, redis=r)
     await _serve_one(r, w)
     published = await _published(r)
@@ -55,8 +56,40 @@ async def test_worker_publishes_its_profile_unless_told_not_to(
         assert published is None and w.profiler.profile is None
 
 
+async def test_a_stop_during_the_startup_profile_ends_the_run_before_it_serves(
+    r: aioredis.Redis, model_dir: Path, engine: Engine, prompts: PromptEncoder
+) -> None:
+    """SIGTERM while the profile runs (a minute on SmolLM2): ``run`` returns within a step,
+    without registering or taking a job."""
+    endless = ProfileSettings(max_batch=2)
+    settings = WorkerSettings(
+        model_dir=str(model_dir), worker_id="w1", model_name=M, profile=True, profile_shape=endless,
+        profile_reps=1000, profile_budget_s=3600, profile_cache=False,
+    )  # fmt: skip
+    w = WorkerService(settings, engine=engine, prompts=prompts, redis=r)
+    step = engine.step
+    stepped = anyio.Event()
+
+    def step_and_tell():  # type: ignore[no-untyped-def]
+        result = step()
+        anyio.from_thread.run_sync(stepped.set)
+        return result
+
+    engine.step = step_and_tell  # type: ignore[method-assign]
+    with anyio.fail_after(60):  # a deadlock guard, not a timing: the pass alone would take an hour
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(w.run)
+            await stepped.wait()  # the profile is measuring
+            w.request_stop()
+    engine.step = step  # type: ignore[method-assign]
+    for _ in range(4):  # the decision restored after the pass is applied at the next step
+        engine.step()
+    assert not engine.has_unfinished() and w.profiler.profile is None
+    assert await r.hget(keys.WORKERS, "w1") is None  # it never registered
+
+
 async def test_default_settings_do_not_profile(model_dir: Path) -> None:
-    assert not WorkerSettings(model_dir=str(model_dir)).profile.enabled
+    assert not WorkerSettings(model_dir=str(model_dir)).profiling().enabled
 
 
 async def test_measured_again_after_a_pool_change(r: aioredis.Redis, engine: Engine) -> None:

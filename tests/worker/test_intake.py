@@ -68,6 +68,19 @@ async def test_autoclaim_sweeps_at_most_once_a_period(r: aioredis.Redis) -> None
     assert calls == 2
 
 
+async def test_a_read_of_new_entries_never_blocks_past_the_next_sweep(r: aioredis.Redis) -> None:
+    """An orphan waits for the next sweep, not for the end of a blocked read as well."""
+    intake = JobIntake(r, "alive", claim_idle_s=30, model=M, autoclaim_s=0.5)
+    await intake.setup()
+    assert intake.block_ms(2000) == 1  # no sweep yet: it is due now
+    await intake.autoclaim(5)  # swept to the end: the next one is due in 0.5 s
+    assert 1 <= intake.block_ms(2000) <= 500
+    assert intake.block_ms(100) <= 100
+    idle = JobIntake(r, "alive", claim_idle_s=30, model=M, autoclaim_s=3600)
+    await idle.autoclaim(5)
+    assert idle.block_ms(2000) == 2000  # a sweep far off leaves the read its full block
+
+
 async def test_dead_letter_keeps_the_entry_and_reason_and_acks(r: aioredis.Redis) -> None:
     ids = await _fill(r, 1)
     intake = JobIntake(r, "w", claim_idle_s=30, model=M)

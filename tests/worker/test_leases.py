@@ -120,6 +120,7 @@ async def test_a_retried_write_whose_first_try_landed_is_not_written_again(r: ai
     assert await r.xlen(keys.job_events(M, "j")) == 1
     assert await w1.write([JobWrite("j", lease, entry, [_token("j", 1)], seq=2)]) == [True]
     assert await r.xlen(keys.job_events(M, "j")) == 2
-    lease2, _ = await Leases(r, "w2", 60, model=M).start("j")  # a new lease counts from 0 again
-    assert await w1.write([JobWrite("j", lease2, entry, [_token("j", 2)], seq=1)]) == [True]
+    w2 = Leases(r, "w2", 60, model=M)
+    lease2, _ = await w2.start("j")  # a new lease counts from 0 again
+    assert await w2.write([JobWrite("j", lease2, entry, [_token("j", 2)], seq=1)]) == [True]
     assert await r.xlen(keys.job_events(M, "j")) == 3

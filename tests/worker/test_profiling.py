@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any, cast
 
@@ -13,7 +14,7 @@ from shared.schemas import SamplingParams
 from tests.tiny_models import build_llama, reference_greedy
 from worker.engine.api import Engine, EngineRequest, StepResult
 from worker.engine_factory import create_engine
-from worker.profiling import PROFILE_ID, Interrupted, ProfileSettings, envelope, profile_engine
+from worker.profiling import PROFILE_ID, Interrupted, ProfileSettings, Stopped, envelope, profile_engine
 
 FAST = ProfileSettings(max_batch=4, reps=2)
 
@@ -89,6 +90,33 @@ def test_no_budget_no_profile(engine: Engine) -> None:
     assert profile_engine(engine, "tiny", ProfileSettings(budget_s=1e-9)) is None
     assert _generate(engine, "after", [3, 4, 5], 2)  # the aborted synthetic requests are gone
     assert not engine.has_unfinished()
+
+
+class _Stopping:
+    """An engine proxy that sets ``stop`` at its ``at``-th step (SIGTERM mid-profile)."""
+
+    def __init__(self, engine: Engine, at: int, stop: threading.Event) -> None:
+        self.engine, self.at, self.stop, self.steps = engine, at, stop, 0
+
+    def step(self) -> StepResult:
+        self.steps += 1
+        if self.steps == self.at:
+            self.stop.set()
+        return self.engine.step()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+
+def test_a_stop_ends_the_pass_at_the_next_step_and_leaves_the_engine_clean(engine: Engine) -> None:
+    stop = threading.Event()
+    proxy = _Stopping(engine, 5, stop)
+    endless = ProfileSettings(max_batch=4, reps=1000, budget_s=3600)
+    with pytest.raises(Stopped):
+        profile_engine(cast(Engine, proxy), "tiny", endless, stop=stop)
+    assert proxy.steps <= 5 + 4  # the step that saw it, then at most the clearing steps
+    assert _generate(engine, "after", [3, 4, 5], 2)  # (it applies the decision restored)
+    assert not engine.has_unfinished()  # every synthetic request was aborted
 
 
 class _Arriving:

@@ -19,7 +19,7 @@ from shared.control import Decision, StepStats
 from shared.errors import ErrorCode
 from shared.schemas import FinishReason, Logprobs, SamplingParams
 
-__all__ = ["Engine", "EngineRequest", "RequestOutput", "StepResult", "StepStats"]
+__all__ = ["DraftOutcome", "Engine", "EngineRequest", "RequestOutput", "StepResult", "StepStats"]
 
 
 @dataclass
@@ -32,6 +32,19 @@ class EngineRequest:
     # The prompt's last tokens that are output an earlier attempt sent: a grammar consumes them, the
     # processors count them as output, and a seeded draw's position continues after them.
     resumed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DraftOutcome:
+    """What speculation did for one request in one engine step: the tokens the step emitted
+    for it are ``accepted`` drafts (the drafter's tokens the target kept), then at most one
+    token of the target's own (after a rejection, after all drafts passed, or at γ = 0)."""
+
+    tokens: int  # emitted this step (after an EOS, max_tokens or grammar cut)
+    accepted: int = 0  # of them, accepted drafts: always the first ``accepted``
+    drafted: int = 0  # drafts proposed (0: none, e.g. γ = 0, a prompt's first token)
+    gamma: int = 0  # drafts asked for (the decision's γ, capped by what may still be emitted)
+    drafter: str | None = None  # the drafter that proposed them (None: no drafts)
 
 
 @dataclass
@@ -48,6 +61,9 @@ class RequestOutput:
     # Asked for (params.logprobs / prompt_logprobs): ids and values, no text (the worker renders it).
     logprobs: Logprobs | None = None  # of new_token_ids, one entry each
     prompt_logprobs: Logprobs | None = None  # of the prompt, once: with the first output token
+    # One per engine step whose tokens are in new_token_ids, in order; their ``tokens`` add up
+    # to len(new_token_ids). Which tokens were accepted drafts (the chat page's marking).
+    outcomes: list[DraftOutcome] = field(default_factory=list)
 
 
 @dataclass

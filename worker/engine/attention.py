@@ -8,12 +8,15 @@ decode row is never padded to a long prefill chunk. Everything that depends only
 On CUDA the group calls ``nj_kernels.paged_attention.paged_attention`` (Triton). The CPU path
 gathers whole pages with one ``index_select`` over the layer's joint key/value tensor (pages
 are contiguous, so this copies large runs instead of single rows) and runs SDPA with the
-query heads of each KV head stacked as rows, which avoids expanding keys and values.
+query heads of each KV head stacked as rows, which avoids expanding keys and values. A
+forward of few fp32 CPU rows runs neither: the fused decode path (``nj_kernels/cpu_decode.py``)
+reads each row's pages in place through its group's block tables.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +27,8 @@ from nj_kernels.paged_attention import paged_attention
 @dataclass
 class AttentionGroup:
     """``num_seqs`` sequences with ``num_queries`` rows each, rows ``row_start`` onwards of
-    the flattened batch."""
+    the flattened batch. What only the torch CPU path reads (the pages to gather, the mask) is
+    built on its first use, so the fused C path (which reads the tables) never pays for it."""
 
     row_start: int
     num_seqs: int
@@ -32,12 +36,35 @@ class AttentionGroup:
     block_tables: torch.Tensor  # [B, MAXB] int32
     context_lens: torch.Tensor  # [B] int32: cached tokens including this step's rows
     query_lens: torch.Tensor  # [B] int32
-    block_ids: torch.Tensor  # [B * pages] int64: pages to gather on the torch path
-    mask: torch.Tensor  # [B, 1, Q * G, pages * block_size] additive, rows ordered (query, head)
+    block_size: int
+    group_size: int  # query heads per KV head
+    dtype: torch.dtype
 
     @property
     def num_rows(self) -> int:
         return self.num_seqs * self.num_queries
+
+    @cached_property
+    def block_ids(self) -> torch.Tensor:
+        """``[B * pages]`` int64: the pages to gather on the torch path."""
+        return self.block_tables.flatten().long()
+
+    @cached_property
+    def mask(self) -> torch.Tensor:
+        """``[B, 1, Q * G, pages * block_size]`` additive, rows ordered (query, head); empty on
+        CUDA, where the kernel masks by itself."""
+        device = self.block_tables.device
+        if device.type == "cuda":
+            return torch.empty(0, device=device)
+        b, nq, g = self.num_seqs, self.num_queries, self.group_size
+        key_pos = torch.arange(self.block_tables.shape[1] * self.block_size, device=device)
+        q_pos = (self.context_lens - nq).unsqueeze(1) + torch.arange(nq, device=device)  # [B, Q]
+        visible = key_pos.view(1, 1, -1) <= q_pos.unsqueeze(-1)  # causal; hides padded pages
+        # Additive, so SDPA does not convert a boolean mask again in every layer.
+        mask = torch.zeros(visible.shape, device=device, dtype=self.dtype).masked_fill_(
+            ~visible, float("-inf")
+        )
+        return mask.unsqueeze(2).expand(b, nq, g, -1).reshape(b, 1, -1, visible.shape[-1])
 
 
 def plan_group(
@@ -55,26 +82,16 @@ def plan_group(
     b = len(tables)
     pages = (max(context_lens) + block_size - 1) // block_size
     padded = [t[:pages] + [0] * (pages - len(t[:pages])) for t in tables]
-    block_tables = torch.tensor(padded, dtype=torch.int32, device=device)
-    ctx = torch.tensor(context_lens, dtype=torch.int32, device=device)
-    if device.type == "cuda":
-        mask = torch.empty(0, device=device)  # the kernel masks by itself
-    else:
-        key_pos = torch.arange(pages * block_size, device=device)
-        q_pos = (ctx - num_queries).unsqueeze(1) + torch.arange(num_queries, device=device)  # [B, Q]
-        visible = key_pos.view(1, 1, -1) <= q_pos.unsqueeze(-1)  # causal; hides padded pages
-        # Additive, so SDPA does not convert a boolean mask again in every layer.
-        mask = torch.zeros(visible.shape, device=device, dtype=dtype).masked_fill_(~visible, float("-inf"))
-        mask = mask.unsqueeze(2).expand(b, num_queries, group_size, -1).reshape(b, 1, -1, visible.shape[-1])
     return AttentionGroup(
         row_start=row_start,
         num_seqs=b,
         num_queries=num_queries,
-        block_tables=block_tables,
-        context_lens=ctx,
+        block_tables=torch.tensor(padded, dtype=torch.int32, device=device),
+        context_lens=torch.tensor(context_lens, dtype=torch.int32, device=device),
         query_lens=torch.full((b,), num_queries, dtype=torch.int32, device=device),
-        block_ids=block_tables.flatten().long(),
-        mask=mask,
+        block_size=block_size,
+        group_size=group_size,
+        dtype=dtype,
     )
 
 

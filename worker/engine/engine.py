@@ -45,7 +45,7 @@ from worker.engine.sequence import Sequence
 from worker.engine.spec.drafter import Drafter
 from worker.engine.spec.memory import ElasticMemory
 from worker.engine.spec.pool import DrafterPool
-from worker.engine.spec.speculator import Feedback, Speculator
+from worker.engine.spec.speculator import Feedback, SpecChoice, Speculator
 from worker.engine.spec.verify import verify_batch
 
 log = logging.getLogger(__name__)
@@ -128,13 +128,14 @@ class LLMEngine(Engine):
         queries0, hits0 = self.blocks.prefix_queries, self.blocks.prefix_hits
         touched, memory_events = self._take_inbox()
         memory_events += self._apply_memory()
-        decoding = sum(1 for s in self.scheduler.running if not s.prefilling)
-        gamma, drafter = self.spec.choose(self._decision, decoding)
-        plan = self.scheduler.schedule(num_lookahead=gamma)
+        running, sched = self.scheduler.running, self.scheduler
+        ahead = min(len(running) + len(sched.waiting), sched.max_num_seqs)  # the batch being formed
+        choice = self.spec.choose(self._decision, [s for s in running if not s.prefilling], ahead)
+        plan = self.scheduler.schedule(num_lookahead=choice.slots)
         for seq in plan.preempted:
             self.spec.free(seq.request_id)
-        work = self._advance(plan.scheduled, drafter)
-        feedback = self._feedback(drafter, work.verified)
+        work = self._advance(plan.scheduled, choice)
+        feedback = self._feedback(choice.drafter if work.drafted.drafts else None, work.verified)
         outputs = self._retire(touched + plan.rejected + [v.seq for v in work.verified] + work.failed)
         running, drafted = self.scheduler.running, work.drafted
         step_time = time.perf_counter() - t0
@@ -143,14 +144,15 @@ class LLMEngine(Engine):
             batch_size=sum(1 for v in work.verified if not v.candidate.scheduled.prefill),
             prefill_tokens=work.prefilled,
             num_tokens=work.kept,
-            gamma=gamma if drafted.drafts else 0,
+            gamma=choice.gamma if drafted.drafts else 0,
             drafter=drafted.drafter,
             drafter_shares=drafted.shares,
             step_time=step_time,
             draft_time=drafted.seconds,
             verify_time=work.verify_time,
             other_time=step_time - work.verify_time - drafted.seconds,
-            counterfactual_time=feedback.seconds,
+            counterfactual_time=feedback.seconds + choice.prompt_seconds,
+            prompts_scored=choice.prompts_scored,
             proposed=drafted.proposed,
             accepted=feedback.accepted,
             num_drafts=feedback.drafts,
@@ -174,13 +176,13 @@ class LLMEngine(Engine):
         self._step += 1
         return StepResult(outputs, stats)
 
-    def _advance(self, scheduled: list[Scheduled], drafter: Drafter | None) -> StepWork:
+    def _advance(self, scheduled: list[Scheduled], choice: SpecChoice) -> StepWork:
         """draft → run → verify → postprocess for the scheduled sequences, or, if any of it
         raises, the failure isolated (see the module docstring)."""
         lengths = [len(s.seq.token_ids) for s in scheduled]
         try:
             self.runner.cache.copy(self.blocks.take_copies())
-            drafted = self.spec.draft(drafter, scheduled)
+            drafted = self.spec.draft(choice, scheduled)
             t0 = time.perf_counter()
             verified = verify_batch(self.forward(scheduled, drafted.drafts), self.eos_token_ids)
             kept = self._postprocess(scheduled, verified)
@@ -210,6 +212,7 @@ class LLMEngine(Engine):
         seq, d, out = v.seq, v.drafted, v.emitted
         start = len(seq.token_ids) - (len(d.tokens) if d else 0)
         keep = self._keep(seq, start, out)
+        seq.outcomes.append(v.outcome(keep))
         record_output(seq.logprobs, start - seq.num_prompt, v.candidate.logits, out[:keep])
         if d is not None:
             seq.truncate(start + keep - 1)
@@ -260,6 +263,7 @@ class LLMEngine(Engine):
             raise exc
         for seq, n in zip(seqs, lengths, strict=True):
             del seq.token_ids[n:]  # drafts, and any token this step appended
+            seq.outcomes.clear()  # only this step's: the steps before were reported
             if seq.grammar is not None:
                 seq.grammar.sync(seq.num_output)
             self.scheduler.preempt(seq)
@@ -285,6 +289,7 @@ class LLMEngine(Engine):
         new = seq.output_token_ids[seq.num_reported :]
         logprobs, prompt_logprobs = take(seq.logprobs, seq.num_reported, seq.num_output, seq.prompt_token_ids)
         seq.num_reported = seq.num_output
+        outcomes, seq.outcomes = seq.outcomes, []
         return RequestOutput(
             request_id=seq.request_id,
             new_token_ids=new,
@@ -297,6 +302,7 @@ class LLMEngine(Engine):
             error_code=seq.error_code,
             logprobs=logprobs,
             prompt_logprobs=prompt_logprobs,
+            outcomes=outcomes,
         )
 
     # ---------------------------------------------------- inbox and elastic memory

@@ -3,6 +3,10 @@
 Every linear layer runs once over all rows of the step (q/k/v and gate/up are fused into one
 matrix each); attention runs per ``AttentionGroup``. The arithmetic mirrors transformers
 (RMSNorm in fp32, rotary in the model dtype, SiLU MLP) so fp32 logits agree to rounding.
+
+Two paths run the layers: op by op in torch (any device, dtype and row count), and, for few
+fp32 CPU rows (decode rows, verifications), all layers in one C call
+(``nj_kernels/cpu_decode.py``), which computes the same thing without torch's per-op cost.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from nj_kernels import cpu_decode, weight_arena
 from nj_kernels.cpu_linear import linear, max_rows
 from nj_kernels.kv_ops import write_kv
 from worker.engine.attention import AttentionGroup, group_attention
@@ -105,6 +110,59 @@ class DecoderModel:
                     down_bias=maybe(mlp + "down_proj.bias"),
                 )
             )
+        self._fused: cpu_decode.DecodeLayers | None = None
+        self._fused_checked = False
+
+    def pack_weights(self) -> None:
+        """Move the CPU weights into one huge-page arena in the order a forward reads them
+        (``nj_kernels/weight_arena.py``): each layer's tensors, then the final norm and the
+        output layer (the tied embedding). Weights of another type stay where they are."""
+        slots: list[tuple[object, str]] = []
+        for layer in self.layers:
+            slots += [(layer, name) for name, t in vars(layer).items() if t is not None]
+        slots += [(self, "norm"), (self, "lm_head"), (self, "embed")]
+        unique: dict[int, torch.Tensor] = {}
+        for owner, name in slots:
+            t = getattr(owner, name)
+            if type(t) is torch.Tensor and t.device.type == "cpu":
+                unique.setdefault(id(t), t)
+        packed = dict(zip(unique, weight_arena.pack(list(unique.values())), strict=True))
+        for owner, name in slots:
+            t = getattr(owner, name)
+            setattr(owner, name, packed.get(id(t), t))
+        self.weights_changed()
+
+    def weights_changed(self) -> None:
+        """Call after replacing weight tensors (elastic memory's moves): the fused path binds
+        the tensors it was built on, so it is built again on the next forward."""
+        self._fused, self._fused_checked = None, False
+
+    def fused_layers(self) -> cpu_decode.DecodeLayers | None:
+        """The layers bound for the fused C path, or None where it does not apply (not a CPU
+        fp32 model, a weight it cannot read, no compiler)."""
+        if not self._fused_checked:
+            self._fused_checked = True
+            self._fused = None
+            cfg = self.config
+            layers = [vars(layer) for layer in self.layers]
+            if (
+                self.device.type == "cpu"
+                and self.dtype == torch.float32
+                and cpu_decode.available()
+                and cfg.head_dim <= cpu_decode.MAX_HEAD_DIM
+                and all(
+                    cpu_decode.DecodeLayers.supports(t)
+                    for layer in layers
+                    for t in layer.values()
+                    if t is not None
+                )
+            ):
+                dims = cpu_decode.Dims(
+                    cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size,
+                    cfg.rms_norm_eps, self.scale,
+                )  # fmt: skip
+                self._fused = cpu_decode.DecodeLayers(dims, layers)
+        return self._fused
 
     def weight_bytes(self) -> int:
         tensors = [self.embed, self.norm] + ([] if self.lm_head is self.embed else [self.lm_head])
@@ -134,7 +192,11 @@ class DecoderModel:
         groups: list[AttentionGroup],
     ) -> torch.Tensor:
         """Every decoder layer over the rows (writing their keys and values); the last layer's
-        output, before the final norm."""
+        output, before the final norm. Few fp32 CPU rows take the fused C path."""
+        fused = self.fused_layers() if hidden.shape[0] <= cpu_decode.max_rows() else None
+        if fused is not None and positions.numel():
+            cos, sin = self.rotary.table(int(positions.max()) + 1)
+            return fused.run(hidden, positions, slots, kv, groups, cos, sin)
         cfg = self.config
         h, kvh, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         eps = cfg.rms_norm_eps

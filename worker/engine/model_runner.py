@@ -50,6 +50,8 @@ class ModelRunner:
         self.config, self.block_size = config, block_size
         self.device, self.dtype = device, dtype
         self.model = DecoderModel(config, state, device, dtype)
+        if device.type == "cpu":
+            self.model.pack_weights()
         self.weight_bytes = self.model.weight_bytes()
         if num_blocks is None:
             budget = memory_budget_bytes or self.weight_bytes + default_kv_bytes

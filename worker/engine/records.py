@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from shared.control import SwitchCostEvent
+from worker.engine.api import DraftOutcome
 from worker.engine.scheduler import Scheduled
 from worker.engine.sequence import Sequence
 
@@ -75,6 +76,15 @@ class Verified:
     @property
     def drafted(self) -> Drafted | None:
         return self.candidate.drafted
+
+    def outcome(self, kept: int) -> DraftOutcome:
+        """The step for this sequence when its first ``kept`` emitted tokens stand: every
+        emitted token but the last is an accepted draft, the last is the target's own."""
+        d = self.drafted
+        if d is None:
+            return DraftOutcome(tokens=kept)
+        accepted = min(len(self.emitted) - 1, kept)
+        return DraftOutcome(kept, accepted, len(d.tokens), d.requested, d.drafter or None)
 
 
 @dataclass

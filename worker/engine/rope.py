@@ -50,15 +50,33 @@ class Rotary:
         inv_freq, self.scaling = inverse_frequencies(rope)
         self.inv_freq = inv_freq.to(device)
         self.dtype = dtype
+        self._cos = self._sin = torch.empty(0, inv_freq.numel(), device=device, dtype=dtype)
 
-    def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Half-width ``cos, sin [T, 1, head_dim // 2]``: transformers concatenates the
-        frequencies with themselves, so both halves of a head use the same values."""
+    def _compute(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions.unsqueeze(-1).float() * self.inv_freq
         cos, sin = freqs.cos(), freqs.sin()
         if self.scaling != 1.0:
             cos, sin = cos * self.scaling, sin * self.scaling
-        return cos.to(self.dtype).unsqueeze(1), sin.to(self.dtype).unsqueeze(1)
+        return cos.to(self.dtype), sin.to(self.dtype)
+
+    def table(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``cos, sin [P, head_dim // 2]`` of positions ``0 .. P-1``, ``P >= size``: computed
+        once (grown by doubling) and shared by every forward."""
+        if self._cos.shape[0] < size:
+            grown = max(size, 2 * self._cos.shape[0], 256)
+            self._cos, self._sin = self._compute(torch.arange(grown, device=self.inv_freq.device))
+        return self._cos, self._sin
+
+    def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Half-width ``cos, sin [T, 1, head_dim // 2]``: transformers concatenates the
+        frequencies with themselves, so both halves of a head use the same values. On a CPU
+        they are rows of ``table``, so the op-by-op path and the fused one (which reads the
+        table) rotate a position by the same values."""
+        if positions.device.type == "cpu" and positions.numel():
+            cos, sin = self.table(int(positions.max()) + 1)
+            return cos[positions].unsqueeze(1), sin[positions].unsqueeze(1)
+        cos, sin = self._compute(positions)
+        return cos.unsqueeze(1), sin.unsqueeze(1)
 
     @staticmethod
     def apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

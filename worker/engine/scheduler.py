@@ -15,6 +15,7 @@ a time and nothing beside them, until the engine clears or fails each one; see e
 from __future__ import annotations
 
 import bisect
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from worker.engine.block_manager import BlockManager
@@ -50,6 +51,7 @@ class Scheduler:
         self.max_model_len = max_model_len
         self.waiting: list[Sequence] = []  # sorted by Sequence.sort_key
         self.running: list[Sequence] = []
+        self._lookahead: int | Mapping[str, int] = 0  # of the step being scheduled
 
     def add(self, seq: Sequence) -> None:
         seq.status = Status.WAITING
@@ -71,13 +73,15 @@ class Scheduler:
         seq.reset_for_recompute()
         self.add(seq)
 
-    def schedule(self, num_lookahead: int = 0) -> SchedulerOutput:
-        """Plan one step. ``num_lookahead`` (γ) reserves up to that many more slots (and
-        budget tokens) after each decoding sequence's last token, for drafts to be verified;
-        fewer where γ+1 emitted tokens would pass max_tokens or the longest context."""
+    def schedule(self, num_lookahead: int | Mapping[str, int] = 0) -> SchedulerOutput:
+        """Plan one step. ``num_lookahead`` (γ, for every decoding sequence or per request id)
+        reserves up to that many more slots (and budget tokens) after each decoding sequence's
+        last token, for drafts to be verified; fewer where γ+1 emitted tokens would pass
+        max_tokens or the longest context."""
+        self._lookahead = num_lookahead
         suspect = self._next_suspect()
         if suspect is not None:
-            return self._schedule_alone(suspect, num_lookahead)
+            return self._schedule_alone(suspect)
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
         for seq in sorted(self.running, key=Sequence.sort_key):
@@ -86,7 +90,7 @@ class Scheduler:
             n = min(seq.num_uncomputed, budget)
             if n == 0:
                 break
-            budget -= self._schedule_running(seq, n, num_lookahead, budget, out)
+            budget -= self._schedule_running(seq, n, budget, out)
         if out.preempted:
             return out  # blocks are short: admitting more now would only thrash
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
@@ -100,11 +104,11 @@ class Scheduler:
             budget -= s.num_new
         return out
 
-    def _schedule_running(
-        self, seq: Sequence, n: int, lookahead: int, budget: int, out: SchedulerOutput
-    ) -> int:
+    def _schedule_running(self, seq: Sequence, n: int, budget: int, out: SchedulerOutput) -> int:
         """Schedule ``n`` tokens (+ draft slots) of a running sequence, preempting the newest
         running sequences while blocks are short; the budget used (0 if ``seq`` itself went)."""
+        la = self._lookahead
+        lookahead = la if isinstance(la, int) else la.get(seq.request_id, 0)
         extra = 0
         if not seq.prefilling and lookahead:
             # All γ drafts accepted emit γ+1 tokens: stay within max_tokens and the context.
@@ -127,7 +131,7 @@ class Scheduler:
             return running[0]
         return next((s for s in self.waiting if s.suspect), None)
 
-    def _schedule_alone(self, seq: Sequence, lookahead: int) -> SchedulerOutput:
+    def _schedule_alone(self, seq: Sequence) -> SchedulerOutput:
         """Only ``seq`` this step; other running sequences give up their blocks if it needs them."""
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
@@ -135,7 +139,7 @@ class Scheduler:
             n = min(seq.num_uncomputed, budget)
             while not self._fits(seq, n) and len(self.running) > 1:
                 self._preempt_newest_but(seq, out)
-            self._schedule_running(seq, n, lookahead, budget, out)
+            self._schedule_running(seq, n, budget, out)
             return out
         if self._rejected(seq, out):
             return out

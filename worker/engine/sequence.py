@@ -20,9 +20,11 @@ import torch
 
 from shared.errors import ErrorCode
 from shared.schemas import FinishReason, SamplingParams
+from worker.engine.api import DraftOutcome
 from worker.engine.grammar import Constraint
 from worker.engine.logprobs import LogprobState
 from worker.engine.sampler import is_keyed, new_generator
+from worker.engine.spec.plan import SeqSpec
 from worker.engine.spec.router import DrafterChoice
 
 _order = itertools.count()
@@ -56,6 +58,8 @@ class Sequence:
     grammar: Constraint | None = None  # structured output: the grammar's state (grammar.py)
     logprobs: LogprobState | None = None  # set when the request asks for logprobs (logprobs.py)
     drafter_choice: DrafterChoice | None = None  # per-request drafter choice (spec/router.py)
+    outcomes: list[DraftOutcome] = field(default_factory=list)  # steps since the last report
+    spec: SeqSpec = field(default_factory=SeqSpec)  # acceptance and pair under the cost rule (spec/plan.py)
     resumed: int = 0  # the prompt's last tokens that are output an earlier attempt sent
     order: int = field(default_factory=lambda: next(_order))
 

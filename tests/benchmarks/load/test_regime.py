@@ -93,14 +93,14 @@ def test_closed_loop_plan_is_a_function_of_window_and_count(data: Path) -> None:
         make_plan([], parse_phases("b:3u:5"), 1, LengthRule("fixed", 8))
 
 
-def test_lineup_has_every_static_pair_and_the_adaptive_policies() -> None:
+def test_lineup_has_every_static_pair_and_nightjar() -> None:
     specs = lineup(["ngram", "nj-draft-code"], [2, 4])
     assert specs == [
         "no-spec=static:gamma=0",
         "ngram-2=static:gamma=2,drafter=ngram", "ngram-4=static:gamma=4,drafter=ngram",
         "nj-draft-code-2=static:gamma=2,drafter=nj-draft-code",
         "nj-draft-code-4=static:gamma=4,drafter=nj-draft-code",
-        "nightjar=nightjar", "threshold=threshold:drafter=ngram", "cost-model=cost-model:drafter=ngram",
+        "nightjar=nightjar",
     ]  # fmt: skip
     configs, notes = select_configs(specs, skip_unregistered=False)
     assert not notes and [c.is_no_spec for c in configs].count(True) == 1
@@ -108,8 +108,7 @@ def test_lineup_has_every_static_pair_and_the_adaptive_policies() -> None:
                                                         "nj-draft-code-2", "nj-draft-code-4"]  # fmt: skip
     args = argparse.Namespace(config=None, lineup=True, gammas="3", drafters="ngram", model="unused")
     assert config_specs(args) == ["no-spec=static:gamma=0", "ngram-3=static:gamma=3,drafter=ngram",
-                                  "nightjar=nightjar", "threshold=threshold:drafter=ngram",
-                                  "cost-model=cost-model:drafter=ngram"]  # fmt: skip
+                                  "nightjar=nightjar"]  # fmt: skip
     assert config_specs(argparse.Namespace(config=["a=static"], lineup=True)) == ["a=static"]
     assert config_specs(argparse.Namespace(config=None, lineup=False)) is None
     with pytest.raises(ValueError):

@@ -35,6 +35,10 @@ def test_service_commands_carry_the_policy_and_engine_options() -> None:
     assert worker[worker.index("--model") + 1] == "/m" and "--threads" in worker
     assert worker[-4:] == ["--engine-opt", "device=cuda", "--engine-opt", "max_num_seqs=8"]
     assert cmds["gateway"][cmds["gateway"].index("--port") + 1] == "8123"
+    assert "--no-profile" in worker  # a static configuration never reads the profile
+    assert (
+        "--no-profile" not in service_commands(BenchConfig("n", "nightjar"), opts, REDIS_URL, 8123)["worker"]
+    )
 
 
 @pytest.mark.redis

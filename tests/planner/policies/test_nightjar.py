@@ -1,169 +1,137 @@
-"""nightjar: convergence per bucket, sublinear regret, switching cost, composition."""
+"""nightjar (planner/policies/nightjar.py): the cost rule's step costs and acceptance priors.
+
+A synthetic profile whose verify forward is nearly free at batch 1 and compute-bound from
+batch 16 (SmolLM2's shape on this CPU, BENCHMARKS.md): the decision predicts every (drafter,
+γ) at batch sizes 1..32, served steps calibrate it, the workers' acceptance moves the priors,
+and the published description (γ per bucket) speculates at low load only.
+"""
 
 from __future__ import annotations
 
-import itertools
-from typing import Any
+import pytest
 
 from planner.policies import registry
 from planner.policies.nightjar import NightjarPolicy
-from planner.sim import Scenario
-from shared.control import SwitchCostEvent, Telemetry
-from tests.planner.scenarios import (
-    busy_and_quiet,
-    drafter_shift,
-    four_batches,
-    run,
-    small_gain,
-    smollm2_mixed,
-)
+from shared.control import ALL_BATCHES, SwitchCostEvent, Telemetry
+from shared.profile import CostProfile
 
-PLAIN: dict[str, Any] = {"offload": False, "drafter_policy": "fixed"}
+BATCHES = [1, 2, 4, 8, 16, 32]
+ROWS = [1, 2, 3, 4, 5]
 
 
-def _check_converged(pol: NightjarPolicy, sc: Scenario, clear_gap: float = 0.05) -> None:
-    for batch in sorted({p.demand for p in sc.phases if isinstance(p.demand, int)}):
-        bandit = pol.bandits[pol.buckets.index(batch)]
-        lat = [sc.expected_latency(batch, g, "d", "default") for g in range(pol.gamma_max + 1)]
-        best = min(range(len(lat)), key=lat.__getitem__)
-        runner_up = min(x for g, x in enumerate(lat) if g != best)
-        chosen = bandit.best()
-        assert lat[chosen] <= 1.03 * lat[best], (batch, chosen, best, lat)
-        if runner_up > (1 + clear_gap) * lat[best]:
-            assert chosen == best, (batch, chosen, best, lat)
+def _profile() -> CostProfile:
+    """Plain step 50 ms at batch 1 growing to 250 ms at 32; q rows cost 2 % more a row at
+    batch 1 and 60 % more a row from batch 16; a head drafts in 3 ms, n-gram in 50 µs."""
+    target = []
+    for b in BATCHES:
+        plain = 0.05 + 0.2 * (b - 1) / 31
+        slope = 0.02 if b <= 2 else (0.2 if b <= 8 else 0.6)
+        target.append([plain * (1 + slope * (q - 1)) for q in ROWS])
+    return CostProfile(
+        model="fake", batches=BATCHES, rows=ROWS, target_s=target, source="test",
+        drafter_s={"head": [0.003 * (1 + b / 8) for b in BATCHES], "ngram": [0.00005] * len(BATCHES)},
+        catch_up_s={"head": [0.0001] * len(BATCHES)},
+    )  # fmt: skip
 
 
-def test_converges_to_best_gamma_per_bucket() -> None:
-    sc = four_batches(0.7)
-    pol, trace = run("nightjar", sc, 8000, seed=0, **PLAIN)
+def _policy(**kw: object) -> NightjarPolicy:
+    pol = registry.create("nightjar", offload=False, **kw)
     assert isinstance(pol, NightjarPolicy)
-    _check_converged(pol, sc)
-    # in the last quarter most steps run a γ within 3 % of the optimum
-    tail = range(6000, 8000)
-    good = sum(
-        sc.expected_latency(trace.batch[i], trace.gamma[i], "d", "default")
-        <= 1.03 * sc.expected_latency(trace.batch[i], trace.optimal[i], "d", "default")
-        for i in tail
+    return pol
+
+
+def _step(batch: int, step_time: float, gamma: int = 0, **kw: object) -> Telemetry:
+    return Telemetry(
+        worker_id="w", batch_size=batch, num_tokens=batch, step_time=step_time, gamma=gamma,
+        mean_context=100.0, **kw,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def test_without_a_profile_it_decodes_plainly() -> None:
+    choice = _policy().decide(0.0)
+    assert choice.gamma_table == [(ALL_BATCHES, 0)] and not choice.step_costs
+    assert "no cost profile" in choice.note
+
+
+def test_it_predicts_every_pair_at_every_batch_size_and_speculates_at_low_load_only() -> None:
+    pol = _policy()
+    pol.use_profile(_profile())
+    choice = pol.decide(0.0)
+    assert [c.batch for c in choice.step_costs] == BATCHES
+    c1 = choice.step_costs[0]
+    assert c1.plain_s == pytest.approx(0.05)
+    assert set(c1.spec_s) == {"head", "ngram"} and len(c1.spec_s["head"]) == 4
+    assert c1.spec_s["head"][1] == pytest.approx(2 * 0.003 * (1 + 1 / 8) + 0.05 * 1.04)  # γ = 2
+    # the description: at the prior acceptance (0.5) γ > 0 pays at batch 1, not from 16 on
+    table = dict(choice.gamma_table)
+    assert table[1] > 0 and table[16] == 0 and table[ALL_BATCHES] == 0
+    assert choice.drafter_scope == "request" and choice.acceptance == {"head": 0.5, "ngram": 0.5}
+    assert 4 <= choice.hold_steps <= 64
+
+
+def test_served_steps_calibrate_the_profile_by_batch_class() -> None:
+    """Plain steps at 16 sequences served at 1.5× the profile: the plain cost there grows to
+    about 1.5×, and speculative ones take that ratio until their own steps are seen; a class
+    without steps of its own takes the nearest class's ratio."""
+    pol = _policy()
+    pol.use_profile(_profile())
+    predicted = pol.profile.target(16, 1, 100.0) if pol.profile else 0.0
+    for _ in range(200):
+        pol.observe(_step(16, 1.5 * predicted))
+    costs = {c.batch: c for c in pol.decide(0.0).step_costs}
+    assert costs[16].plain_s == pytest.approx(1.5 * predicted, rel=0.02)
+    assert costs[16].spec_s["head"][0] > 1.4 * pol.profile.target(16, 2, 100.0)  # type: ignore[union-attr]
+    assert costs[1].plain_s == pytest.approx(1.5 * 0.05)  # no batch-1 step yet: the nearest class's ratio
+    for _ in range(200):
+        pol.observe(_step(1, 0.05))
+    assert pol.decide(0.0).step_costs[0].plain_s == pytest.approx(0.05, rel=0.02)  # then its own
+    # a speculative class seen at its own ratio
+    for _ in range(200):
+        pol.observe(_step(1, 0.06, gamma=2, proposed=2, num_drafts=1, drafter_shares={"head": 1}))
+    c1 = {c.batch: c for c in pol.decide(0.0).step_costs}[1]
+    assert c1.spec_s["head"][1] == pytest.approx(0.06, rel=0.05)
+
+
+def test_acceptance_is_learnt_from_what_the_workers_verify() -> None:
+    pol = _policy()
+    pol.use_profile(_profile())
+    for _ in range(300):
+        pol.observe(_step(1, 0.05, gamma=2, proposed=2, num_drafts=1, drafter_shares={"head": 1},
+                          counterfactual={"head": 0.8, "ngram": 0.1}))  # fmt: skip
+    choice = pol.decide(0.0)
+    assert choice.acceptance["head"] == pytest.approx(0.8, abs=0.02)
+    assert choice.acceptance["ngram"] == pytest.approx(0.1, abs=0.02)
+    assert choice.acceptance["head"] < choice.acceptance_hi["head"] < 0.9
+    assert choice.drafter == "head"
+
+
+def test_a_catch_up_is_no_step_cost_and_the_state_round_trips() -> None:
+    pol = _policy()
+    pol.use_profile(_profile())
+    ev = SwitchCostEvent(drafter="head", batch_size=1, tokens=64, seconds=0.5)
+    for _ in range(50):
+        pol.observe(_step(1, 0.05 + 0.5, switch_costs=[ev]))
+    assert pol.ratio_plain[1] == pytest.approx(1.0, rel=0.05)
+    restored = _policy()
+    restored.load_state_dict(pol.state_dict())
+    restored.use_profile(_profile())
+    assert restored.decide(0.0).step_costs == pol.decide(0.0).step_costs
+
+
+def test_the_decision_shows_in_the_planners_gauges_and_in_top() -> None:
+    from planner.metrics import PlannerMetrics
+    from shared.control import Decision
+    from shared.overview import Snapshot, render
+
+    pol = _policy()
+    pol.use_profile(_profile())
+    c = pol.decide(0.0)
+    d = Decision(version=3, policy="nightjar", gamma_table=c.gamma_table, step_costs=c.step_costs,
+                 acceptance={"head": 0.42, "ngram": 0.1}, hold_steps=c.hold_steps)  # fmt: skip
+    metrics = PlannerMetrics()
+    metrics.on_publish(d)
+    assert metrics.acceptance.labels(drafter="head")._value.get() == pytest.approx(0.42)
+    text = render(
+        Snapshot(at=d.created_at, workers=[], decision=d, active=None, status={}, pending=0, lag=0, tail=0)
     )
-    assert good / len(tail) > 0.85
-
-
-def test_converges_where_speculation_must_be_off() -> None:
-    sc = smollm2_mixed()  # optimum γ = 4 at batch 1, γ = 0 at batch 32
-    pol, _ = run("nightjar", sc, 6000, seed=1, **PLAIN)
-    assert isinstance(pol, NightjarPolicy)
-    _check_converged(pol, sc)
-    assert pol.bandits[pol.buckets.index(32)].best() == 0
-    assert pol.bandits[pol.buckets.index(1)].best() == 4
-
-
-def test_regret_is_sublinear() -> None:
-    T = 2000
-    r_t = r_4t = 0.0
-    for seed in range(4):
-        _, trace = run("nightjar", four_batches(0.7), 4 * T, seed=seed, **PLAIN)
-        r_t += trace.cumulative_regret(T)
-        r_4t += trace.cumulative_regret(4 * T)
-    print(f"nightjar regret, 4 seeds: R(T={T}) = {r_t:.3f} s, R(4T) = {r_4t:.3f} s, ratio {r_4t / r_t:.2f}")
-    assert 0 < r_t < r_4t
-    assert r_4t / r_t < 3.0
-
-
-def _switches_on(gammas: list[int]) -> int:
-    return sum(1 for a, b in itertools.pairwise(gammas) if a == 0 and b > 0)
-
-
-def test_switching_cost_stops_thrashing() -> None:
-    """Speculating at batch 16 gains ~4 % per token, less than the catch-up it costs each
-    time load comes back from batch 64 (where γ = 0 is best): without C_switch the bandit
-    turns speculation on at every visit; with it, it stays off. Exploration bins switch in
-    both, so the steady state (second half) shows the difference best."""
-    totals = {True: [0, 0], False: [0, 0]}
-    for seed in range(4):
-        for use in (True, False):
-            pol, trace = run("nightjar", small_gain(), 4000, seed=seed, switch_cost=use, **PLAIN)
-            totals[use][0] += trace.switches_on
-            totals[use][1] += _switches_on(trace.gamma[2000:])
-            if use:
-                assert isinstance(pol, NightjarPolicy)
-                assert pol.bandits[pol.buckets.index(16)].arm == 0
-    print(f"0→>0 switches, 4 seeds (all, second half): {totals[True]} with C_switch, {totals[False]} without")
-    assert totals[True][0] < 0.7 * totals[False][0]
-    assert totals[True][1] < 0.5 * totals[False][1]
-
-
-def test_switching_cost_keeps_large_gains() -> None:
-    from planner.sim import Phase
-
-    sc = Scenario(phases=[Phase(30, 1), Phase(30, 64)], acceptance={"d": {"default": 0.55}})
-    _, trace = run("nightjar", sc, 4000, seed=0, **PLAIN)
-    ones = [g for b, g in zip(trace.batch[2000:], trace.gamma[2000:], strict=True) if b == 1]
-    assert sum(g > 0 for g in ones) / len(ones) > 0.8
-
-
-def test_learns_switch_cost_from_telemetry() -> None:
-    sc = small_gain()
-    pol, trace = run("nightjar", sc, 3000, seed=0, **PLAIN)
-    assert isinstance(pol, NightjarPolicy)
-    assert trace.switches_on > 0 and pol.switch.measured()
-    truth = sc.switch_scale * 30 * sc.curves.draft(16)
-    assert abs(pol.switch.cost(None, 30, 16) - truth) / truth < 0.15
-
-
-def _step(batch: int, gamma: int, **kw: object) -> Telemetry:
-    fields: dict[str, object] = {"worker_id": "w", "batch_size": batch, "gamma": gamma,
-                                 "num_tokens": batch * (gamma + 1), "step_time": 0.01}  # fmt: skip
-    fields.update(kw)
-    return Telemetry.model_validate(fields)
-
-
-def test_reward_goes_to_the_gamma_that_ran() -> None:
-    pol = registry.create("nightjar", **PLAIN)
-    assert isinstance(pol, NightjarPolicy)
-    bandit = pol.bandits[pol.buckets.index(3)]
-    ran = (bandit.arm + 1) % (pol.gamma_max + 1)
-    pol.observe(_step(3, ran))
-    assert bandit.counts[ran] == 1 and sum(bandit.counts) == 1
-    pol.observe(Telemetry(worker_id="w", batch_size=0))  # heartbeat: nothing learned
-    assert sum(sum(b.counts) for b in pol.bandits) == 1
-
-
-def test_a_step_that_prefilled_a_prompt_teaches_no_gamma() -> None:
-    """A prefill's cost is its arrival's, whatever γ ran: such a step does not enter the
-    arm's mean (one 489-token prefill among 13 plain steps made γ = 0 look slower than γ = 1
-    at 32 users), though it still counts towards the bin."""
-    pol = registry.create("nightjar", **PLAIN)
-    assert isinstance(pol, NightjarPolicy)
-    bandit = pol.bandits[pol.buckets.index(32)]
-    pol.observe(_step(32, 0, step_time=0.07, prefill_tokens=489))
-    assert sum(bandit.counts) == 0
-    pol.observe(_step(32, 0, step_time=0.015))
-    assert bandit.counts[0] == 1
-
-
-def test_catch_up_is_charged_to_c_switch_not_to_latency() -> None:
-    pol = registry.create("nightjar", **PLAIN)
-    assert isinstance(pol, NightjarPolicy)
-    event = SwitchCostEvent(drafter="d", batch_size=4, tokens=8, seconds=0.5)
-    pol.observe(_step(4, 2, step_time=0.51, switch_costs=[event]))
-    bandit = pol.bandits[pol.buckets.index(4)]
-    assert abs(bandit.means[2] - 0.01 / 3) < 1e-9
-    assert pol.switch.measured("d")
-
-
-def test_offload_under_overload_forces_gamma_zero() -> None:
-    _, trace = run("nightjar", busy_and_quiet(), 1000, seed=0)
-    busy = range(300, 700)
-    assert any(trace.offload[i] for i in busy)
-    assert all(g == 0 for i, g in enumerate(trace.gamma) if trace.offload[i])
-    assert max(trace.batch[i] for i in busy) > 128  # the KV pool grew past the resident size
-    assert not trace.offload[-1] and trace.resident[-1]  # reloaded once load fell
-    assert sum(a != b for a, b in zip(trace.offload, trace.offload[1:], strict=False)) == 2
-
-
-def test_full_system_follows_the_best_drafter() -> None:
-    sc = drafter_shift()
-    _, trace = run("nightjar", sc, 1200, seed=0)
-    drafters = [d[1] for d in trace.decisions]
-    assert drafters[300:600].count("d2") > 280
-    assert drafters[800:].count("d3") > 380
+    assert f"cost rule acceptance prior  head 0.42  ngram 0.10  hold {c.hold_steps} steps" in text

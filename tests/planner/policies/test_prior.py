@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from planner.policies import registry
+from planner.policies.bandit import BanditPolicy
 from planner.policies.bingreedy import BinGreedy, Interval
 from planner.policies.cost_model import CostModelPolicy
-from planner.policies.nightjar import NightjarPolicy
 from planner.policies.prior import Beta, ProfilePrior, arm_intervals, expected_tokens
 from planner.sim import Runner, Scenario, SimWorker
 from planner.sim.curves import CostCurves
@@ -115,9 +115,9 @@ def test_overlap_limits_exploration() -> None:
     assert b.overlapping([None, *apart[1:]]) == (0, [0, 1])  # an unknown arm: tried first
 
 
-def _run(profile: CostProfile | None, steps: int, seed: int = 0) -> tuple[NightjarPolicy, Runner]:
-    pol = registry.create("nightjar", seed=seed, **PLAIN)
-    assert isinstance(pol, NightjarPolicy)
+def _run(profile: CostProfile | None, steps: int, seed: int = 0) -> tuple[BanditPolicy, Runner]:
+    pol = registry.create("bandit", seed=seed, **PLAIN)
+    assert isinstance(pol, BanditPolicy)
     if profile is not None:
         pol.use_profile(profile)
     runner = Runner(pol, SimWorker(scenario(fake_profile()), seed=seed))
@@ -171,8 +171,8 @@ def test_cost_model_uses_the_profile_and_probes_only_overlapping_lengths() -> No
 
 def test_switch_cost_starts_from_the_profiled_catch_up() -> None:
     profile = fake_profile().model_copy(update={"catch_up_s": {"d": [1e-4, 2e-4, 4e-4, 8e-4]}})
-    pol = registry.create("nightjar", **PLAIN)
-    assert isinstance(pol, NightjarPolicy)
+    pol = registry.create("bandit", **PLAIN)
+    assert isinstance(pol, BanditPolicy)
     before = pol.switch.cost("d", 100, 4)
     pol.use_profile(profile)
     assert pol.switch.cost("d", 100, 4) == pytest.approx(100 * 2e-4) != pytest.approx(before)
@@ -248,7 +248,7 @@ def test_the_drafter_choice_weighs_acceptance_against_the_profiled_cost() -> Non
     profile = _ngram_and_prose(row_cost=0.1, prose_s=0.002)
 
     def run(with_profile: bool) -> Any:
-        policy = registry.create("nightjar", offload=False)
+        policy = registry.create("bandit", offload=False)
         if with_profile:
             policy.use_profile(profile)
         for step in range(60):
@@ -265,7 +265,7 @@ def test_the_drafter_choice_weighs_acceptance_against_the_profiled_cost() -> Non
     # token at the top of its acceptance interval above n-gram's at the bottom): the workers
     # stop scoring it ...
     assert costed.skip_drafters == ["prose"]
-    policy = registry.create("nightjar", offload=False)
+    policy = registry.create("bandit", offload=False)
     policy.use_profile(profile)
     for step in range(60):
         policy.observe(Telemetry(worker_id="w", step=step, batch_size=4, num_tokens=8, step_time=0.01,
@@ -290,7 +290,7 @@ def test_a_drafter_is_dominated_by_what_the_prior_predicts_not_by_its_per_token_
     from shared.control import Lookahead
 
     profile = _ngram_and_prose(row_cost=0.25, prose_s=0.001)
-    policy = registry.create("nightjar", offload=False)
+    policy = registry.create("bandit", offload=False)
     policy.use_profile(profile)
     la = {"ngram": Lookahead(accepted=[3, 0, 0, 0, 2], proposed=[5, 0, 0, 0, 5])}
     for step in range(60):
@@ -318,12 +318,12 @@ def _gamma_at(table: list[tuple[int, int]], batch: int) -> int:
     return next(g for upper, g in table if batch <= upper)
 
 
-def test_lookahead_lets_nightjar_speculate_with_ngram_it_never_ran() -> None:
+def test_lookahead_lets_bandit_speculate_with_ngram_it_never_ran() -> None:
     """n-gram's first guess is right a quarter of the time, but then it runs on for all four
     tokens, and it proposes at half the positions: E(0.25, 4) = 1.33 tokens over a full five-row
     verification says γ = 4 loses; what it really gives (2 tokens over 3 rows) wins. Judged on
     verified text at γ = 0 steps (the workers' lookahead), the prior knows that without running
-    γ > 0 at all, and nightjar speculates with n-gram; without the lookahead it stays at γ = 0."""
+    γ > 0 at all, and bandit speculates with n-gram; without the lookahead it stays at γ = 0."""
     from shared.control import Lookahead
 
     batches, rows = [1, 4, 16], [1, 2, 3, 4, 5]
@@ -334,7 +334,7 @@ def test_lookahead_lets_nightjar_speculate_with_ngram_it_never_ran() -> None:
     )  # fmt: skip
 
     def run(lookahead: bool) -> Any:
-        policy = registry.create("nightjar", offload=False)
+        policy = registry.create("bandit", offload=False)
         policy.use_profile(profile)
         la = {"ngram": Lookahead(accepted=[3, 0, 0, 0, 1], proposed=[2, 0, 0, 0, 2])} if lookahead else {}
         for step in range(200):
@@ -351,6 +351,6 @@ def test_lookahead_lets_nightjar_speculate_with_ngram_it_never_ran() -> None:
     assert _gamma_at(choice.gamma_table, 4) > 0 and choice.drafter == "ngram"
     blind = run(False).decide(0.0)
     assert _gamma_at(blind.gamma_table, 4) == 0
-    restored = registry.create("nightjar", offload=False)
+    restored = registry.create("bandit", offload=False)
     restored.load_state_dict(policy.state_dict())
     assert restored.prior.runs["ngram"].accepted == policy.prior.runs["ngram"].accepted

@@ -17,6 +17,15 @@ class Run:
         return sum(int(getattr(s, name)) for s in self.stats)
 
 
+def check_outcomes(out: RequestOutput) -> None:
+    """An output's draft outcomes account for exactly its new tokens, each step's accepted
+    drafts first and at most one target token after them."""
+    assert sum(o.tokens for o in out.outcomes) == len(out.new_token_ids), (out.outcomes, out.new_token_ids)
+    for o in out.outcomes:
+        assert 0 <= o.accepted <= min(o.drafted, o.tokens) and o.tokens <= o.accepted + 1, o
+        assert o.drafted <= o.gamma and (o.drafter is not None or o.drafted == 0), o
+
+
 def drive(engine: Engine, requests: list[EngineRequest], per_step: int = 0, max_steps: int = 10_000) -> Run:
     """Add ``per_step`` requests before each step (0: all up front) and step until done."""
     pending = list(requests)
@@ -31,6 +40,7 @@ def drive(engine: Engine, requests: list[EngineRequest], per_step: int = 0, max_
         result = engine.step()
         run.stats.append(result.stats)
         for out in result.outputs:
+            check_outcomes(out)
             run.tokens.setdefault(out.request_id, []).extend(out.new_token_ids)
             if out.finished:
                 assert out.request_id not in run.finals, f"{out.request_id} finished twice"

@@ -103,6 +103,7 @@ class WeightMover:
             torch.cuda.current_stream(self.device).wait_event(self._event)
         for owner, attr in _slots(self.model):
             setattr(owner, attr, self._new[id(getattr(owner, attr))])
+        self.model.weights_changed()
         self.on_host = not self.on_host
         self.moving, self._new, self._event, self._thread = False, {}, None, None
         return time.perf_counter() - self._started

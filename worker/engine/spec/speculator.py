@@ -1,9 +1,12 @@
 """The engine's speculation, step by step: γ and drafter, drafting, rollback, feedback.
 
-Per step the engine asks ``choose`` for γ (the planner's ``Decision.gamma_for`` at the batch
-size of decoding sequences, capped at ``max_gamma``; 0 without a decision, without drafters,
-or while the draft is not resident) and the drafter, reserves γ slots per decoding sequence
-in the scheduler, then ``draft`` appends each sequence's drafts to its tokens. After the one
+Per step the engine asks ``choose`` for a ``SpecChoice``: under a decision with step costs, each
+decoding sequence's own (drafter, γ) by the cost rule (plan.py: least predicted time per token
+at the sequence's acceptance, its prompt scored by every drafter before its first draft);
+otherwise one γ for all (the planner's ``Decision.gamma_for`` at the batch size of decoding
+sequences) and the decision's drafter. γ is capped at ``max_gamma``, and 0 without a decision,
+without drafters, or while the draft is not resident. The scheduler reserves each sequence's γ
+slots, then ``draft`` appends each sequence's drafts to its tokens. After the one
 target forward and verification, ``rollback`` drops rejected drafts from every drafter and
 ``feedback`` computes the acceptance of the active drafter (realised) and, where the decision
 asks for it (``Decision.score_drafters``: a policy that learns over the drafters), of every
@@ -42,6 +45,7 @@ from worker.engine.spec.drafter import Drafter
 from worker.engine.spec.lookahead import DEPTH, LookaheadJudge
 from worker.engine.spec.memory import ElasticMemory
 from worker.engine.spec.ngram import NgramDrafter
+from worker.engine.spec.plan import PROMPT_POSITIONS, PROMPT_WEIGHT, CostRule
 from worker.engine.spec.pool import DrafterPool, pooled
 from worker.engine.spec.router import DrafterChoice, shared_costs
 
@@ -59,22 +63,87 @@ class Feedback:
     lookahead: dict[str, Lookahead] = field(default_factory=dict)  # model-free drafters, every step
 
 
+@dataclass
+class SpecChoice:
+    """What one step speculates (choose → schedule → draft)."""
+
+    gamma: int = 0  # the largest γ of the step (0: nothing is drafted)
+    drafter: Drafter | None = None  # batch scope: everyone's; cost rule: the most sequences'
+    lookahead: dict[str, int] | None = None  # cost rule: γ per request id (None: ``gamma`` for all)
+    drafters: dict[str, str] = field(default_factory=dict)  # cost rule: drafter per request id
+    prompt_seconds: float = 0.0  # scoring new sequences' prompts (cost rule)
+    prompts_scored: int = 0
+
+    @property
+    def slots(self) -> int | dict[str, int]:
+        """What the scheduler reserves after each decoding sequence."""
+        return self.lookahead if self.lookahead is not None else self.gamma
+
+
 class Speculator:
     def __init__(self, pool: DrafterPool | None, memory: ElasticMemory, max_gamma: int) -> None:
         self.pool, self.memory, self.max_gamma = pool, memory, max_gamma
         self._decision: Decision | None = None  # of the step being drafted: its drafter scope
+        self._rule: CostRule | None = None  # the cost rule of ``_decision`` (None: it has none)
+        self._active = False  # speculative work may pay this step (features, lookahead judge)
         self._idle = False  # the last decoding step ran γ = 0 (the drafters fell behind)
         self._resumed = False  # this step drafts right after γ = 0: its feedback scores nobody
         free = [d for d in pool.drafters.values() if isinstance(d, NgramDrafter)] if pool else []
         self.judge = LookaheadJudge(free, min(DEPTH, max_gamma)) if free and max_gamma > 0 else None
 
-    def choose(self, decision: Decision | None, batch: int) -> tuple[int, Drafter | None]:
-        """γ and the drafter (per-request scope: every new sequence's first drafter)."""
-        self._decision = decision
-        if self.pool is None or decision is None or batch == 0 or not self.memory.resident:
-            return 0, None
-        gamma = max(0, min(decision.gamma_for(batch), self.max_gamma))
-        return (gamma, self.pool.resolve(decision.drafter)) if gamma else (0, None)
+    def choose(self, decision: Decision | None, decoding: list[Sequence], running: int) -> SpecChoice:
+        """γ and drafter for the step's ``decoding`` sequences (``running``: the batch being
+        formed, prefilling and waiting sequences included: the cost rule gates speculative work
+        at it, so a prompt prefilled for a busy batch hands no features over)."""
+        if decision is not self._decision:
+            self._decision = decision
+            self._rule = CostRule(decision) if decision is not None and decision.step_costs else None
+        if self.pool is None or decision is None or not self.memory.resident:
+            self._active = self.pool is not None and self.memory.resident  # as before any rule
+            return SpecChoice()
+        if self._rule is not None:
+            return self._by_cost(self._rule, decoding, running)
+        self._active = True
+        gamma = max(0, min(decision.gamma_for(len(decoding)), self.max_gamma)) if decoding else 0
+        return SpecChoice(gamma, self.pool.resolve(decision.drafter)) if gamma else SpecChoice()
+
+    def _by_cost(self, rule: CostRule, decoding: list[Sequence], running: int) -> SpecChoice:
+        """Each decoding sequence's pair by the cost rule; nothing at all where no drafter can
+        pay at this batch size (no prompt scored, no features, no lookahead)."""
+        assert self.pool is not None and self._decision is not None
+        skip = set(self._decision.skip_drafters)
+        allowed = [d for d in rule.drafters if d in self.pool.drafters and d not in skip]
+        self._active = rule.could_pay(max(len(decoding), running, 1), allowed)
+        if not self._active or not decoding:
+            return SpecChoice()
+        out = SpecChoice(lookahead={})
+        new = [s for s in decoding if not s.spec.prompt_scored]
+        if new:
+            t0 = time.perf_counter()
+            self._score_prompts(new)
+            out.prompt_seconds, out.prompts_scored = time.perf_counter() - t0, len(new)
+        assert out.lookahead is not None
+        batch = len(decoding)
+        for seq in decoding:
+            name, gamma = rule.choose(seq.spec, batch, allowed)
+            gamma = min(gamma, self.max_gamma)
+            if name is not None and gamma > 0:
+                out.lookahead[seq.request_id], out.drafters[seq.request_id] = gamma, name
+        if out.drafters:
+            shares = Counter(out.drafters.values())
+            out.drafter = self.pool.drafters[max(sorted(shares), key=lambda n: shares[n])]
+            out.gamma = max(out.lookahead.values())
+        return out
+
+    def _score_prompts(self, seqs: list[Sequence]) -> None:
+        """Every drafter's teacher-forced acceptance on the last tokens of each new sequence's
+        prompt (and its first output token), into the sequence's counts at ``PROMPT_WEIGHT``."""
+        assert self.pool is not None
+        starts = [max(len(s.token_ids) - 1 - PROMPT_POSITIONS, 1) for s in seqs]
+        for seq, hits in zip(seqs, self.pool.prompt_hits(seqs, starts), strict=True):
+            for name, (accepted, judged) in hits.items():
+                seq.spec.add(name, accepted, judged, PROMPT_WEIGHT)
+            seq.spec.prompt_scored = True
 
     @property
     def per_request(self) -> bool:
@@ -86,20 +155,25 @@ class Speculator:
         """Whether this step's decision asks for every drafter's counterfactual acceptance."""
         return self._decision is None or self._decision.score_drafters
 
-    def draft(self, drafter: Drafter | None, scheduled: list[Scheduled]) -> DraftRound:
+    def draft(self, choice: SpecChoice, scheduled: list[Scheduled]) -> DraftRound:
         """Drafts for every decoding sequence (appended to its tokens, counted in num_new):
-        all by ``drafter``, or in per-request scope each group by its own (router.py)."""
+        all by the choice's drafter, in per-request scope each group by its own (router.py),
+        under the cost rule each sequence by its own."""
         decoding = [s for s in scheduled if not s.prefill]
         if self.pool is None or not decoding:
             return DraftRound()
+        drafter = choice.drafter
         if drafter is None:
             self.pool.last_active = None  # γ = 0 ran: every drafter falls behind
             self._idle, self._resumed = True, False
             return DraftRound()
         self._resumed, self._idle = self._idle, False
-        groups = self._groups(drafter, decoding)
+        if choice.lookahead is not None:
+            groups = self._by_drafter(choice, decoding)
+        else:
+            groups = self._groups(drafter, decoding)
         out = DraftRound()
-        shared = len(groups) > 1 or self.per_request
+        shared = len(groups) > 1 or self.per_request or choice.lookahead is not None
         for name, group in groups.items():
             d = self.pool.drafters[name]
             seqs = [s.seq for s in group]
@@ -119,10 +193,22 @@ class Speculator:
                 s.num_new += len(tokens)
             out.seconds += time.perf_counter() - t0
             out.shares[name] = len(group)
+        if not out.shares:  # no sequence had room for a draft
+            return out
         out.drafter = max(sorted(out.shares), key=lambda n: out.shares[n])
         # A later batch-scope step catches its drafter up unless it alone drafted this one.
         self.pool.last_active = out.drafter if len(groups) == 1 else None
         return out
+
+    @staticmethod
+    def _by_drafter(choice: SpecChoice, decoding: list[Scheduled]) -> dict[str, list[Scheduled]]:
+        """Cost rule: the sequences with draft slots, per the drafter each chose."""
+        groups: dict[str, list[Scheduled]] = {}
+        for s in decoding:
+            name = choice.drafters.get(s.seq.request_id)
+            if name is not None and s.num_lookahead > 0:
+                groups.setdefault(name, []).append(s)
+        return groups
 
     def _groups(self, drafter: Drafter, decoding: list[Scheduled]) -> dict[str, list[Scheduled]]:
         """The decoding sequences per drafter that drafts for them this step."""
@@ -151,13 +237,15 @@ class Speculator:
         return v.drafted.drafter if choice is None else choice.preferred(v.drafted.requested, costs)
 
     def _wants_scores(self, seq: Sequence) -> bool:
+        if self._rule is not None:
+            return seq.spec.wants_scores()
         choice = seq.drafter_choice
         return not self.per_request or choice is None or choice.wants_scores()
 
     def wants_features(self) -> bool:
         """Whether this step's target forward hands over its last hidden states: only while
         a feature drafter is in the pool and resident (at γ = 0 too: catch-up reads them)."""
-        return self.pool is not None and bool(self.pool.features) and self.memory.resident
+        return self.pool is not None and bool(self.pool.features) and self.memory.resident and self._active
 
     def observe(self, seq_id: str, start: int, rows: torch.Tensor) -> None:
         """The target's features of positions ``start ..`` of a sequence, for feature drafters."""
@@ -188,7 +276,7 @@ class Speculator:
         scope each sequence's learner learns from its own (router.py)."""
         drafted = [v for v in verified if v.drafted is not None]
         # Model-free drafters are judged on every step, γ = 0 included (lookahead.py).
-        judge = self.judge if self.scores_drafters else None
+        judge = self.judge if self.scores_drafters and self._active else None
         lookahead = judge.judge([v.seq for v in verified]) if judge is not None else {}
         if self.pool is None or drafter is None or not drafted:
             return Feedback(lookahead=lookahead)
@@ -219,7 +307,10 @@ class Speculator:
             for i, h in zip(scored, hits, strict=True):
                 counts[i] = counts[i] | h
             seconds = time.perf_counter() - t0
-        if self.per_request:  # full information: every drafter's rate on its own positions
+        if self._rule is not None:  # the cost rule: each sequence's own acceptance per drafter
+            for v, c in zip(drafted, counts, strict=True):
+                v.seq.spec.learn(c)
+        elif self.per_request:  # full information: every drafter's rate on its own positions
             learnt = set(scored)
             plain = self._costs()
             # what each sequence favours, for the shared costs: only on steps where one learns

@@ -14,7 +14,7 @@ import pytest
 
 from shared.control import ALL_BATCHES, Decision
 from shared.schemas import SamplingParams
-from tests.worker.engine.drive import Run, drive
+from tests.worker.engine.drive import Run, check_outcomes, drive
 from tests.worker.engine.test_engine import PROMPTS
 from tests.worker.engine.tiny import hf_greedy, hf_model
 from worker.engine.api import EngineRequest
@@ -58,6 +58,7 @@ def scheduled_run(
         result = engine.step()
         run.stats.append(result.stats)
         for out in result.outputs:
+            check_outcomes(out)
             run.tokens.setdefault(out.request_id, []).extend(out.new_token_ids)
             if out.finished:
                 run.finals[out.request_id] = out

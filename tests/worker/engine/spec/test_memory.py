@@ -1,6 +1,6 @@
-"""Elastic memory: weights leave and come back intact, the target's pool grows by exactly
-the freed bytes and shrinks back, γ stays 0 until the reload is complete, and the drafters
-then catch up (a measured switching cost)."""
+"""Elastic memory: weights leave and come back intact (the fused decode path follows them), the
+target's pool grows by exactly the freed bytes and shrinks back, γ stays 0 until the reload is
+complete, and the drafters then catch up (a measured switching cost)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from nj_kernels import cpu_decode
 from shared.control import ALL_BATCHES, Decision
 from shared.schemas import SamplingParams
 from tests.worker.engine.spec.test_model_drafter import make_drafter
@@ -22,12 +23,18 @@ def test_weights_round_trip_through_host_memory(tiny_models: dict[str, Path]) ->
     drafter = make_drafter(tiny_models["llama3_tied"])
     model = drafter.runner.model
     before = [getattr(o, a).clone() for o, a in _slots(model)]
+    fused = model.fused_layers()  # the fused C path binds the tensors it was built on
     mover = WeightMover(model)
     assert mover.nbytes == drafter.weight_bytes
     mover.start(to_host=True)
     assert mover.done()  # on a CPU the offload is one synchronous copy
     mover.finish()
     assert mover.on_host and model.lm_head is model.embed  # tied weights stay tied
+    if cpu_decode.available():  # bound again to the moved tensors
+        assert fused is not None
+        rebound = model.fused_layers()
+        assert rebound is not None and rebound is not fused
+        assert rebound._tensors[0] is model.layers[0].input_norm
     mover.start(to_host=False)  # a background thread on a CPU
     while not mover.done():
         pass

@@ -1,0 +1,302 @@
+"""Requests in flight ride out a Redis outage shorter than the grace period; past it they are
+answered 503 (or an error chunk) and their job is cancelled once Redis is back.
+
+On the embedded store, whose server can be cut off (``FakeServer.connected``): every command
+of every client then fails with a ConnectionError, as when a real Redis goes away. The test
+plays the worker, writing the job's events before and after the outage; the real-process
+version (a redis-server killed for 5 s under 6 + 6 OpenAI clients) is in tests/chaos.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.app import create_app
+from gateway.settings import GatewaySettings
+from gateway.store import JobStore
+from shared import codec, jobs, keys
+from shared.connection import connect, fake_server, reset_fake_server
+from shared.schemas import FinishEvent, JobEvent, JobRequest, StartEvent, TokenEvent
+from shared.streams import ensure_group, entries, id_str
+from tests.e2e.conftest import poll
+from tests.gateway.conftest import MODEL, register_worker
+
+pytestmark = pytest.mark.anyio
+TEXT = ["a", "b", "c", "d"]
+
+
+@pytest.fixture
+async def mem() -> AsyncIterator[aioredis.Redis]:
+    """The embedded store, always (these tests cut its server off)."""
+    reset_fake_server()
+    client = connect("memory://")
+    yield client
+    fake_server().connected = True
+    await client.aclose()
+
+
+def redis_down() -> None:
+    fake_server().connected = False
+
+
+def redis_up() -> None:
+    fake_server().connected = True
+
+
+@asynccontextmanager
+async def served(r: aioredis.Redis, **settings: Any) -> AsyncIterator[tuple[httpx.AsyncClient, JobStore]]:
+    await register_worker(r)
+    await ensure_group(r, keys.jobs_stream(MODEL), keys.JOBS_GROUP)
+    app = create_app(GatewaySettings(**{"keepalive_s": 0.05, **settings}), redis=r)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as gw:
+        yield gw, app.state.store
+
+
+async def next_job(r: aioredis.Redis) -> JobRequest:
+    """The next job submitted (as a worker takes it)."""
+
+    async def taken() -> JobRequest | None:
+        resp = await r.xreadgroup(keys.JOBS_GROUP, "w", {keys.jobs_stream(MODEL): ">"}, count=1)
+        got = entries(resp)
+        return codec.decode_as(got[0][1][codec.FIELD], JobRequest) if got else None
+
+    job = await poll(taken, 10, "a job to be submitted")
+    assert isinstance(job, JobRequest)
+    return job
+
+
+async def write(r: aioredis.Redis, events: list[JobEvent]) -> str:
+    """Write a job's events as its worker would (the final one with the result); the last id."""
+    async with r.pipeline(transaction=False) as pipe:
+        final = events[-1] if isinstance(events[-1], FinishEvent) else None
+        jobs.add_events(pipe, events[0].job_id, events[:-1] if final else events, model=MODEL)
+        if final is not None:
+            jobs.add_result(pipe, final, model=MODEL)
+        await pipe.execute()
+    last = await r.xrevrange(keys.job_events(MODEL, events[0].job_id), count=1)
+    return id_str(last[0][0])
+
+
+def start(job_id: str) -> StartEvent:
+    return StartEvent(job_id=job_id, worker_id="w", prompt_tokens=1)
+
+
+def token(job_id: str, i: int) -> TokenEvent:
+    return TokenEvent(job_id=job_id, index=i, token_ids=[10 + i], text=TEXT[i])
+
+
+def finish(job_id: str) -> FinishEvent:
+    return FinishEvent(job_id=job_id, finish_reason="length", text="".join(TEXT), token_ids=[10, 11, 12, 13],
+                       prompt_tokens=1, completion_tokens=4)  # fmt: skip
+
+
+async def delivered(store: JobStore, job_id: str, entry_id: str) -> None:
+    """Wait until the gateway's reader of the job's stream has read up to ``entry_id``."""
+
+    async def read() -> bool:
+        stream = keys.job_events(MODEL, job_id)
+        return any(s.stream == stream and s.cursor == entry_id for s in store.hub._subs.get(MODEL, ()))
+
+    await poll(read, 10, "the gateway to read the events before the outage")
+
+
+async def outage_noticed(store: JobStore, readers: int = 1) -> None:
+    async def noticed() -> bool:
+        return store.outages.waiting >= readers
+
+    await poll(noticed, 10, "the gateway's readers to notice the outage")
+
+
+def sse_data(text: str) -> list[str]:
+    return [line[6:] for line in text.split("\n") if line.startswith("data: ")]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_completion_rides_out_an_outage_and_gets_every_token_once(
+    mem: aioredis.Redis, stream: bool
+) -> None:
+    got: dict[str, httpx.Response] = {}
+    async with served(mem) as (gw, store):
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+
+                async def client() -> None:
+                    body = {"prompt": "x", "max_tokens": 4, "stream": stream}
+                    got["resp"] = await gw.post("/v1/completions", json=body)
+
+                tg.start_soon(client)
+                job = await next_job(mem)
+                j = job.job_id
+                last = await write(mem, [start(j), token(j, 0), token(j, 1)])
+                if stream:  # (a non-streaming reader waits for the final event only)
+                    await delivered(store, j, last)
+                redis_down()
+                await outage_noticed(store)
+                redis_up()  # the worker's writes land once Redis is back
+                await write(mem, [token(j, 2), token(j, 3), finish(j)])
+    resp = got["resp"]
+    assert resp.status_code == 200, resp.text
+    if stream:
+        data = sse_data(resp.text)
+        assert data[-1] == "[DONE]"
+        chunks = [json.loads(d) for d in data[:-1]]
+        assert not any("error" in c for c in chunks), chunks
+        assert "".join(c["choices"][0]["text"] for c in chunks) == "".join(TEXT)  # each token once
+    else:
+        assert resp.json()["choices"][0]["text"] == "".join(TEXT)
+    assert store.outages.resumed >= 1 and store.outages.gave_up == 0 and store.outages.waiting == 0
+    assert await mem.get(keys.job_cancel(MODEL, j)) is None  # answered: nothing cancelled
+
+
+async def test_several_choices_ride_out_an_outage(mem: aioredis.Redis) -> None:
+    got: dict[str, httpx.Response] = {}
+    async with served(mem) as (gw, store):
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+
+                async def client() -> None:
+                    body = {"prompt": "x", "max_tokens": 4, "n": 2, "stream": True}
+                    got["resp"] = await gw.post("/v1/completions", json=body)
+
+                tg.start_soon(client)
+                choices = sorted([await next_job(mem), await next_job(mem)], key=lambda job: job.job_id)
+                for job in choices:
+                    await write(mem, [start(job.job_id), token(job.job_id, 0)])
+                redis_down()
+                await outage_noticed(store)
+                redis_up()
+                for job in choices:
+                    j = job.job_id
+                    await write(mem, [token(j, 1), token(j, 2), token(j, 3), finish(j)])
+    data = sse_data(got["resp"].text)
+    assert data[-1] == "[DONE]"
+    chunks = [json.loads(d) for d in data[:-1]]
+    assert not any("error" in c for c in chunks), chunks
+    for index in (0, 1):
+        text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"][0]["index"] == index)
+        assert text == "".join(TEXT)
+
+
+async def test_the_job_api_event_stream_resumes_after_an_outage(mem: aioredis.Redis) -> None:
+    async with served(mem) as (gw, store):
+        job_id = (await gw.post("/v1/jobs", json={"prompt": "x"})).json()["id"]
+        await next_job(mem)
+        got: dict[str, httpx.Response] = {}
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+
+                async def client() -> None:
+                    got["resp"] = await gw.get(f"/v1/jobs/{job_id}/events")
+
+                tg.start_soon(client)
+                last = await write(mem, [start(job_id), token(job_id, 0)])
+                await delivered(store, job_id, last)
+                redis_down()
+                await outage_noticed(store)
+                redis_up()
+                await write(mem, [token(job_id, 1), token(job_id, 2), token(job_id, 3), finish(job_id)])
+    text = got["resp"].text
+    ids = [line[4:] for line in text.split("\n") if line.startswith("id: ")]
+    kinds = [line[7:] for line in text.split("\n") if line.startswith("event: ")]
+    assert kinds == ["start", "token", "token", "token", "token", "finish"]  # no error, none twice
+    assert ids == sorted(set(ids), key=lambda i: tuple(map(int, i.split("-"))))
+
+
+async def test_past_the_grace_period_a_completion_is_a_503_and_its_job_is_cancelled_once_redis_is_back(
+    mem: aioredis.Redis,
+) -> None:
+    async with served(mem, outage_grace_s=0.3) as (gw, store):
+        got: dict[str, httpx.Response] = {}
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+
+                async def client() -> None:
+                    got["resp"] = await gw.post("/v1/completions", json={"prompt": "x", "max_tokens": 4})
+
+                tg.start_soon(client)
+                job = await next_job(mem)
+                await write(mem, [start(job.job_id), token(job.job_id, 0)])
+                redis_down()
+            resp = got["resp"]  # answered while Redis is still down
+            assert resp.status_code == 503 and resp.headers["retry-after"]
+            assert resp.json()["error"]["code"] == "unavailable"
+            assert job.job_id in store.cancels and store.outages.gave_up == 1
+            redis_up()
+
+            async def cancelled() -> bool:
+                return await mem.get(keys.job_cancel(MODEL, job.job_id)) == b"1"
+
+            await poll(cancelled, 10, "the remembered cancel to be written")
+    broadcast = [codec.from_entry(f) for _, f in await mem.xrange(keys.cancel_stream(MODEL))]
+    assert [c.job_id for c in broadcast] == [job.job_id]  # type: ignore[attr-defined]
+    assert len(store.cancels) == 0
+
+
+async def test_past_the_grace_period_a_stream_ends_with_an_error_chunk_and_its_job_is_cancelled(
+    mem: aioredis.Redis,
+) -> None:
+    # Keep-alives far apart: between reading the first events and passing them on, the reader
+    # makes no Redis call that the outage could fail (else they are read again after it).
+    async with served(mem, outage_grace_s=0.3, keepalive_s=3) as (gw, store):
+        got: dict[str, httpx.Response] = {}
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+
+                async def client() -> None:
+                    body = {"prompt": "x", "max_tokens": 4, "stream": True}
+                    got["resp"] = await gw.post("/v1/completions", json=body)
+
+                tg.start_soon(client)
+                job = await next_job(mem)
+                last = await write(mem, [start(job.job_id), token(job.job_id, 0)])
+                await delivered(store, job.job_id, last)
+                redis_down()
+            data = sse_data(got["resp"].text)
+            assert got["resp"].status_code == 200 and data[-1] == "[DONE]"
+            assert json.loads(data[0])["choices"][0]["text"] == TEXT[0]
+            assert json.loads(data[-2])["error"]["code"] == "unavailable"
+            assert job.job_id in store.cancels
+            redis_up()
+
+            async def cancelled() -> bool:
+                return await mem.get(keys.job_cancel(MODEL, job.job_id)) == b"1"
+
+            await poll(cancelled, 10, "the remembered cancel to be written")
+
+
+async def test_a_submission_during_an_outage_is_a_503_with_retry_after_at_once(mem: aioredis.Redis) -> None:
+    async with served(mem, outage_grace_s=30) as (gw, store):
+        redis_down()
+        with anyio.fail_after(5):  # not the 30 s grace: nothing was accepted, nothing waits
+            for body in ({"prompt": "x"}, {"prompt": "x", "stream": True}):
+                resp = await gw.post("/v1/completions", json=body)
+                assert resp.status_code == 503 and resp.headers["retry-after"]
+                assert resp.json()["error"]["code"] == "unavailable"
+            resp = await gw.post("/v1/jobs", json={"prompt": "x"})
+            assert resp.status_code == 503 and resp.headers["retry-after"]
+        redis_up()
+    assert store.outages.waiting == 0 and len(store.cancels) == 0
+
+
+async def test_a_cancel_that_meets_an_outage_is_written_once_redis_is_back(mem: aioredis.Redis) -> None:
+    async with served(mem) as (gw, store):
+        job_id = (await gw.post("/v1/jobs", json={"prompt": "x"})).json()["id"]
+        redis_down()
+        with anyio.fail_after(10):
+            await store.cancel_soon(job_id)  # (a client that left while Redis was down)
+        assert job_id in store.cancels
+        redis_up()
+
+        async def written() -> bool:
+            return await mem.get(keys.job_cancel(MODEL, job_id)) == b"1"
+
+        await poll(written, 10, "the remembered cancel to be written")
+        assert len(store.cancels) == 0 and store.cancels.written == 1

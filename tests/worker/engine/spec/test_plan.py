@@ -1,0 +1,189 @@
+"""The cost rule (worker/engine/spec/plan.py): per sequence, the (drafter, γ) of least
+predicted time per token; the prompt as each drafter's first evidence; bounded switching; and
+nothing speculative at all where no drafter can pay.
+
+The engine tests run the bundled nj-target with its two trained drafters (nj-draft-code:
+~0.73 accepted on code, ~0.08 on stories; nj-draft-prose the reverse, MODELS.md) and n-gram,
+under a decision whose step costs make speculation cheap up to batch 4 and dear from batch 8.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from shared.control import ALL_BATCHES, Decision, StepCosts
+from shared.schemas import SamplingParams
+from worker.engine.api import EngineRequest
+from worker.engine.engine import LLMEngine
+from worker.engine.loader import load_engine
+from worker.engine.spec import plan
+from worker.engine.spec.lookahead import LookaheadJudge
+from worker.engine.spec.model_drafter import ModelDrafter
+from worker.engine.spec.ngram import NgramDrafter
+from worker.engine.spec.plan import CostRule, SeqSpec
+
+MODELS = Path(__file__).resolve().parents[4] / "models"
+CODE, PROSE = "nj-draft-code", "nj-draft-prose"
+DRAFTERS = (CODE, PROSE, "ngram")
+CODE_PROMPTS = ["def fibonacci(n):\n    ", "import os\n\ndef read_lines(path):\n    "]
+STORY_PROMPTS = ["Once upon a time there was a little fox who", "Tom and Lily went to the park to"]
+
+
+def _costs(cheap_upto: int = 4, batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32)) -> list[StepCosts]:
+    """A plain step costs 1; a speculative one 1.1 + 0.05·γ up to ``cheap_upto`` sequences,
+    then 3 + γ (the verify forward compute-bound)."""
+    out = []
+    for b in batches:
+        cheap = b <= cheap_upto
+        spec = [(1.1 + 0.05 * g) if cheap else (3.0 + g) for g in range(1, 5)]
+        out.append(StepCosts(batch=b, plain_s=1.0, spec_s={d: list(spec) for d in DRAFTERS}))
+    return out
+
+
+def _decision(version: int = 1, hold: int = 4, **kw: object) -> Decision:
+    return Decision(
+        version=version,
+        policy="t",
+        gamma_table=[(ALL_BATCHES, 0)],
+        drafter_scope="request",
+        step_costs=_costs(),
+        acceptance={d: 0.4 for d in DRAFTERS},
+        acceptance_hi={d: 0.6 for d in DRAFTERS},
+        hold_steps=hold,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_the_rule_speculates_where_it_pays_and_not_where_it_cannot() -> None:
+    rule = CostRule(_decision())
+    assert rule.drafters == sorted(DRAFTERS) and rule.gamma_max == 4
+    alphas = dict.fromkeys(DRAFTERS, 0.4) | {CODE: 0.8}
+    name, gamma, loss = rule.best(1, alphas, DRAFTERS)
+    assert name == CODE and gamma == 4 and loss < 1.0
+    assert rule.best(1, dict.fromkeys(DRAFTERS, 0.05), DRAFTERS)[:2] == (None, 0)  # nothing accepted: plain
+    assert rule.best(16, dict.fromkeys(DRAFTERS, 0.95), DRAFTERS)[:2] == (None, 0)  # dear verify: plain
+    assert rule.best(1, alphas, [PROSE])[0] == PROSE  # only allowed drafters
+    assert (
+        rule.could_pay(4, DRAFTERS) and not rule.could_pay(8, DRAFTERS) and not rule.could_pay(32, DRAFTERS)
+    )
+    # between the predicted batch sizes the costs are interpolated
+    assert rule.loss(6, CODE, 1, 0.0) == pytest.approx((1.15 + 4.0) / 2)
+
+
+def test_a_sequence_switches_at_most_once_per_hold_unless_its_batch_class_changes() -> None:
+    """Acceptance swinging between two drafters every step would switch every step; with
+    hold K a sequence keeps its pair K steps. A change of batch-size class re-decides at once."""
+    rule = CostRule(_decision(hold=5))
+    spec = SeqSpec()
+    pairs = []
+    for step in range(40):
+        good, bad = (CODE, PROSE) if step % 2 == 0 else (PROSE, CODE)
+        spec.counts = {good: [40.0, 50.0], bad: [5.0, 50.0]}
+        pairs.append(rule.choose(spec, 1, DRAFTERS))
+    changes = [i for i in range(1, len(pairs)) if pairs[i] != pairs[i - 1]]
+    assert changes and all(b - a >= 5 for a, b in itertools.pairwise(changes)), changes
+    # a class change (batch 1 -> 16) re-decides at once: plain decoding there
+    assert rule.choose(spec, 16, DRAFTERS) == (None, 0)
+    # a small edge does not displace the held pair either (MARGIN)
+    spec2 = SeqSpec(counts={CODE: [30.0, 50.0], PROSE: [30.0, 50.0]})
+    first = rule.choose(spec2, 1, DRAFTERS)
+    for _ in range(10):
+        assert rule.choose(spec2, 1, DRAFTERS) == first
+
+
+def test_a_sequences_acceptance_starts_at_the_prior_and_follows_its_own_verifications() -> None:
+    spec = SeqSpec()
+    prior = {CODE: 0.3}
+    assert spec.alpha(CODE, prior) == pytest.approx(0.3)
+    assert spec.alpha("other", prior) == pytest.approx(plan.DEFAULT_ACCEPTANCE)
+    spec.add(CODE, 20, 24, plan.PROMPT_WEIGHT)  # the prompt: 20 of 24, at a quarter weight
+    assert spec.alpha(CODE, prior) == pytest.approx((4 * 0.3 + 5) / (4 + 6))
+    for _ in range(30):
+        spec.learn({CODE: (1.0, 4)})  # its own verifications: 1 in 4
+    assert spec.alpha(CODE, prior) == pytest.approx(0.25, abs=0.04)
+
+
+# ------------------------------------------------------------------ in the engine
+
+
+def _engine() -> LLMEngine:
+    return load_engine(MODELS / "nj-target", drafters=[MODELS / CODE, MODELS / PROSE], num_blocks=512)
+
+
+def _params(n: int = 32) -> SamplingParams:
+    return SamplingParams(max_tokens=n, ignore_eos=True)
+
+
+def _drain(
+    engine: LLMEngine, prompts: dict[str, str], decision: Decision
+) -> tuple[dict[str, list[int]], dict]:
+    engine.apply_decision(decision)
+    tok = engine.tokenizer
+    for rid, text in prompts.items():
+        engine.add_request(EngineRequest(rid, tok.encode(text), _params()))
+    out: dict[str, list[int]] = {rid: [] for rid in prompts}
+    first: dict[str, str | None] = {}
+    steps = []
+    while engine.has_unfinished():
+        result = engine.step()
+        engine.check_integrity()
+        steps.append(result.stats)
+        for rid, seq in engine._seqs.items():
+            if seq.spec.prompt_scored and rid not in first:
+                first[rid] = seq.spec.drafter
+        for o in result.outputs:
+            out[o.request_id] += o.new_token_ids
+    return out, {"first": first, "steps": steps}
+
+
+def test_the_prompt_picks_each_requests_drafter_on_its_first_decode_step_and_output_is_exact() -> None:
+    engine = _engine()
+    prompts = {f"code-{i}": p for i, p in enumerate(CODE_PROMPTS)} | {
+        f"story-{i}": p for i, p in enumerate(STORY_PROMPTS)
+    }
+    plain = Decision(version=1, policy="t", gamma_table=[(ALL_BATCHES, 0)])
+    reference, _ = _drain(engine, prompts, plain)
+    got, seen = _drain(engine, prompts, _decision(version=2))
+    assert got == reference  # the target's output alone, token for token
+    for rid, name in seen["first"].items():
+        assert name == (CODE if rid.startswith("code") else PROSE), seen["first"]
+    steps = seen["steps"]
+    assert sum(s.prompts_scored for s in steps) == len(prompts)
+    assert any(s.drafter_shares.get(CODE) and s.drafter_shares.get(PROSE) for s in steps)  # both in one step
+    assert sum(s.accepted for s in steps) > 0
+
+
+def test_nothing_speculative_runs_where_no_drafter_can_pay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 16 sequences the decision's verify costs 3 + γ plain steps: even at the highest
+    plausible acceptance no drafter pays, so for 200 busy steps no drafter runs a forward or
+    a lookup, no prompt is scored, no feature is handed over and no lookahead is judged."""
+    calls: dict[str, int] = {"feed": 0, "ngram": 0, "judge": 0}
+
+    def counted(name: str, fn):  # type: ignore[no-untyped-def]
+        def wrapper(*a, **k):  # type: ignore[no-untyped-def]
+            calls[name] += 1
+            return fn(*a, **k)
+
+        return wrapper
+
+    monkeypatch.setattr(ModelDrafter, "_feed", counted("feed", ModelDrafter._feed))
+    for method in ("propose", "score", "catch_up"):
+        monkeypatch.setattr(NgramDrafter, method, counted("ngram", getattr(NgramDrafter, method)))
+    monkeypatch.setattr(LookaheadJudge, "judge", counted("judge", LookaheadJudge.judge))
+    engine = _engine()
+    engine.apply_decision(_decision())
+    tok = engine.tokenizer
+    prompts = (CODE_PROMPTS + STORY_PROMPTS) * 4
+    for i, text in enumerate(prompts):
+        engine.add_request(
+            EngineRequest(f"r{i}", tok.encode(text), SamplingParams(max_tokens=400, ignore_eos=True))
+        )
+    busy = 0
+    for _ in range(210):
+        stats = engine.step().stats
+        busy += stats.batch_size == 16
+    assert busy >= 200
+    assert calls == {"feed": 0, "ngram": 0, "judge": 0}

@@ -1,0 +1,165 @@
+"""The cost rule: each decoding sequence drafts with the (drafter, γ) of least predicted time
+per token, at its own acceptance.
+
+The planner's decision carries its prediction of what a step costs (``Decision.step_costs``:
+at a few batch sizes, a plain step and a step at each γ with each drafter, as served: drafting,
+the verify forward and what speculating adds) and each drafter's prior acceptance
+(``Decision.acceptance``). A step at γ gives a sequence E(α, γ) = (1 − α^(γ+1))/(1 − α) tokens,
+so its predicted time per token is ``spec_s / E(α, γ)`` (γ = 0: ``plain_s``); every decoding
+sequence takes the smallest at the step's batch size, so the load picks how far to speculate
+(a batch the verify forward makes expensive runs γ = 0 whatever the acceptance) and the text
+picks the drafter (a code request drafts with the code head beside a chat request on the
+chat head, in one step).
+
+A sequence's acceptance per drafter (``SeqSpec``) starts at the planner's prior, counted as
+``PRIOR_WEIGHT`` positions; before its first draft every drafter is scored teacher-forced on the
+last ``PROMPT_POSITIONS`` tokens of its prompt (one drafter forward over tokens already there:
+HedgeSpec's counterfactual, on the prompt), each position counted ``PROMPT_WEIGHT`` (prompt text
+is not the target's own, so it ranks the drafters more than it measures them); then its own
+verifications (and now and then the other drafters' counterfactuals on them) add up,
+discounted by ``DISCOUNT`` per verification so a sequence that changes domain is followed.
+Nothing here is explored: where the prior says a pair loses, it does not run.
+
+Switching is bounded: a sequence keeps its pair for at least ``Decision.hold_steps`` steps
+(K, from the switching cost: the planner sets it) unless its batch-size class (the power of two
+above its batch size) changes, and a new pair must predict ``MARGIN`` less time per token.
+
+Speculation costs nothing where it cannot pay: ``CostRule.could_pay`` is false at a batch size
+where no drafter beats a plain step even at its highest plausible acceptance
+(``Decision.acceptance_hi``); there the engine runs no drafter, scores no prompt, hands no
+features over and judges no n-gram lookahead (speculator.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass, field
+
+from shared.control import Decision, StepCosts
+from shared.experts import expected_tokens
+from shared.profile import interp
+
+PRIOR_WEIGHT = 4.0  # positions the planner's prior acceptance counts as, per sequence and drafter
+PROMPT_POSITIONS = 24  # last prompt tokens each drafter is scored on before a sequence drafts
+PROMPT_WEIGHT = 0.25  # one teacher-forced prompt position against one verified position
+DISCOUNT = 0.9  # per verification, on a sequence's own counts (~10 verifications)
+MARGIN = 0.03  # a new pair must predict this much less time per token than the held one
+DEFAULT_ACCEPTANCE = 0.5  # a drafter the decision gives no prior for
+RESCORE_EVERY = 16  # a drafting sequence scores the other drafters on every this-many-th verification
+
+
+@dataclass
+class SeqSpec:
+    """One sequence's acceptance per drafter and the pair it drafts with now."""
+
+    counts: dict[str, list[float]] = field(default_factory=dict)  # drafter -> [accepted, judged]
+    drafter: str | None = None
+    gamma: int = 0
+    held: int = 0  # steps the current pair has run
+    batch_class: int = 0
+    prompt_scored: bool = False
+    verifications: int = 0
+
+    def alpha(self, drafter: str, prior: dict[str, float]) -> float:
+        accepted, judged = self.counts.get(drafter, (0.0, 0.0))
+        m = prior.get(drafter, DEFAULT_ACCEPTANCE)
+        return (PRIOR_WEIGHT * m + accepted) / (PRIOR_WEIGHT + judged)
+
+    def add(self, drafter: str, accepted: float, judged: float, weight: float = 1.0) -> None:
+        c = self.counts.setdefault(drafter, [0.0, 0.0])
+        c[0] += weight * accepted
+        c[1] += weight * judged
+
+    def learn(self, counts: dict[str, tuple[float, int]]) -> None:
+        """One verification's (accepted, judged) positions per drafter, the older ones discounted."""
+        counts = {n: c for n, c in counts.items() if c[1] > 0}
+        if not counts:
+            return
+        for c in self.counts.values():
+            c[0], c[1] = DISCOUNT * c[0], DISCOUNT * c[1]
+        for name, (accepted, judged) in counts.items():
+            self.add(name, accepted, judged)
+        self.verifications += 1
+
+    def wants_scores(self) -> bool:
+        """Whether this verification scores the other drafters (now and then: the prompt
+        ranked them already)."""
+        return self.verifications % RESCORE_EVERY == RESCORE_EVERY - 1
+
+
+def batch_class(batch: int) -> int:
+    return max(batch, 1).bit_length()
+
+
+class CostRule:
+    """One decision's step costs, interpolated at any batch size (linear between the batch
+    sizes the planner predicted, and beyond the ends)."""
+
+    def __init__(self, decision: Decision) -> None:
+        costs: Seq[StepCosts] = decision.step_costs
+        self.batches = [float(c.batch) for c in costs]
+        self.plain_s = [c.plain_s for c in costs]
+        names = set.intersection(*(set(c.spec_s) for c in costs)) if costs else set()
+        self.drafters = sorted(names)
+        self.gamma_max = min((len(c.spec_s[n]) for c in costs for n in names), default=0)
+        self.spec_s = {n: [[c.spec_s[n][g] for c in costs] for g in range(self.gamma_max)] for n in names}
+        self.prior = dict(decision.acceptance)
+        self.hi = {n: decision.acceptance_hi.get(n, self.prior.get(n, DEFAULT_ACCEPTANCE)) for n in names}
+        self.hold = decision.hold_steps
+
+    def __bool__(self) -> bool:
+        return bool(self.batches)
+
+    def plain(self, batch: int) -> float:
+        return max(interp(self.batches, self.plain_s, batch), 1e-9)
+
+    def loss(self, batch: int, drafter: str | None, gamma: int, alpha: float) -> float:
+        """Predicted seconds per token per sequence of a step at (drafter, γ)."""
+        if gamma == 0 or drafter is None:
+            return self.plain(batch)
+        step = max(interp(self.batches, self.spec_s[drafter][gamma - 1], batch), 1e-9)
+        return step / expected_tokens(alpha, gamma)
+
+    def best(self, batch: int, alphas: dict[str, float], allowed: Seq[str]) -> tuple[str | None, int, float]:
+        """The pair of least predicted time per token (γ = 0 on ties)."""
+        out: tuple[str | None, int, float] = (None, 0, self.plain(batch))
+        for d in self.drafters:
+            if d not in allowed:
+                continue
+            for g in range(1, self.gamma_max + 1):
+                loss = self.loss(batch, d, g, alphas[d])
+                if loss < out[2]:
+                    out = (d, g, loss)
+        return out
+
+    def could_pay(self, batch: int, allowed: Seq[str]) -> bool:
+        """Whether any drafter could beat a plain step at this batch size, at its highest
+        plausible acceptance."""
+        plain = self.plain(batch)
+        return any(
+            self.loss(batch, d, g, self.hi[d]) < plain
+            for d in self.drafters
+            if d in allowed
+            for g in range(1, self.gamma_max + 1)
+        )
+
+    def choose(self, spec: SeqSpec, batch: int, allowed: Seq[str]) -> tuple[str | None, int]:
+        """This step's pair for one sequence: the best one, unless the held one has run fewer
+        than ``hold`` steps in the same batch-size class or is within ``MARGIN`` of it."""
+        alphas = {d: spec.alpha(d, self.prior) for d in self.drafters}
+        drafter, gamma, loss = self.best(batch, alphas, allowed)
+        cls = batch_class(batch)
+        current = spec.drafter if spec.gamma > 0 else None
+        valid = current is None or (current in allowed and spec.gamma <= self.gamma_max)
+        same = (drafter, gamma) == (current, spec.gamma if current is not None else 0)
+        if not same and valid and cls == spec.batch_class and spec.held > 0:
+            held_loss = self.loss(batch, current, spec.gamma, alphas.get(current or "", 0.0))
+            if spec.held < self.hold or loss > held_loss * (1.0 - MARGIN):
+                drafter, gamma = current, spec.gamma if current is not None else 0
+                same = True
+        if same and cls == spec.batch_class:
+            spec.held += 1
+        else:
+            spec.held = 1
+        spec.drafter, spec.gamma, spec.batch_class = drafter, gamma, cls
+        return drafter, gamma
