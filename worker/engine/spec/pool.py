@@ -138,7 +138,6 @@ class DrafterPool:
                 out[i][d.name] = (hits, len(verified[i]))
         return out
 
-
     def prompt_hits(self, seqs: list[Sequence], starts: list[int]) -> list[dict[str, tuple[float, int]]]:
         """Per sequence, every drafter's greedy agreement with the tokens at positions
         ``starts[i] ..`` (teacher-forced: the last prompt tokens and the first output token of a
