@@ -199,7 +199,7 @@ class Speculator:
             t0 = time.perf_counter()
             proposal = d.propose(seqs, [s.num_lookahead for s in group])
             for s, tokens, q in zip(group, proposal.tokens, proposal.probs, strict=True):
-                if s.seq.grammar is not None and q is None:  # point-mass drafts: see grammar.py
+                if s.seq.grammar is not None and (q is None or s.seq.keyed):  # exact cut: grammar.py
                     tokens = tokens[: s.seq.grammar.fitting(tokens)]
                 out.drafts[s.seq.request_id] = Drafted(len(s.seq.token_ids), tokens, q, s.num_lookahead, name)
                 s.seq.token_ids.extend(tokens)
