@@ -57,7 +57,7 @@ def idempotent_job_id(owner: str, key: str | None) -> str | None:
 
 
 def fingerprint(route: str, request: Any) -> str:
-    """A digest of what was asked (route and the request's fields, not the seed chosen for
-    it): a reused job id with another fingerprint is a 409."""
+    """A digest of what was asked (route and the request's fields): a reused job id with
+    another fingerprint is a 409."""
     canon = json.dumps([route, request], sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(canon.encode()).hexdigest()[:32]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
@@ -134,18 +133,16 @@ class JobStore:
         max_queue: int | None = None,
         fresh: bool = False,
     ) -> Submitted:
-        """Enqueue ``job`` atomically (429 past the backlog limit); an unseeded sampling job
-        gets a seed so that a re-run after a worker failure reproduces the tokens a client
-        already saw. An id already taken by the same owner with the same fingerprint is the
-        same job (returned, not enqueued again); otherwise 409.
+        """Enqueue ``job`` atomically (429 past the backlog limit). An id already taken by the
+        same owner with the same fingerprint is the same job (returned, not enqueued again);
+        otherwise 409. An unseeded sampling job stays unseeded: the engine verifies its drafts
+        by rejection sampling, which accepts more of them than the keyed draws a seed asks for
+        (docs/speculation.md "Seeded sampling"); a re-run after a worker failure continues
+        from the tokens already sent either way (worker/job_run.py ``Resume``).
 
         ``fresh``: the id was just made (``new_job_id``: 122 random bits), so no job, binding
         or retry holds it: the binding, the admission and the owner's index then go in one
         round trip (``_admit_fresh``) instead of three."""
-        if not job.params.greedy and job.params.seed is None:
-            job = job.model_copy(
-                update={"params": job.params.model_copy(update={"seed": secrets.randbits(63)})}
-            )
         limit = self.max_queue if max_queue is None else max_queue
         if fresh:
             got = await self._admit_fresh(job, limit, owner, fingerprint)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from shared.schemas import Message
 
@@ -165,6 +165,15 @@ class Decision(Message):
     # bound): where no drafter pays even there, the workers do no speculative work at all.
     acceptance_hi: dict[DrafterName, Probability] = Field(default_factory=dict, max_length=64)
     hold_steps: int = Field(default=1, ge=1, le=1 << 16)
+
+    @field_validator("step_costs")
+    @classmethod
+    def _ascending(cls, costs: list[StepCosts]) -> list[StepCosts]:
+        batches = [c.batch for c in costs]
+        if batches != sorted(set(batches)):
+            raise ValueError("step_costs need distinct batch sizes in ascending order")
+        return costs
+
     # Workers each model needs under the planner's SLO (planner/capacity.py): for operators
     # and autoscalers (also the gauge nightjar:planner_desired_workers); workers ignore it.
     desired_workers: dict[

@@ -103,8 +103,11 @@ class NightjarPolicy(Policy):
         for name, la in t.lookahead.items():
             runs = self.runs.setdefault(name, Runs([0.0] * len(la.accepted), [0.0] * len(la.proposed)))
             runs.add(la, RUNS_DISCOUNT)
-        for name, rate in t.counterfactual.items():  # realised for the drafters that drafted
-            weight = float(t.drafter_shares.get(name) or t.num_drafts or 1)
+        for name, rate in t.counterfactual.items():
+            # Realised for the drafters that drafted (weighed by the sequences they drafted
+            # for); a counterfactual score of another drafter comes from the few sequences
+            # scored now and then (plan.py: every 16th verification): one sequence's weight.
+            weight = float(t.drafter_shares.get(name, 0) or 1)
             self.acceptance.setdefault(name, Beta()).add(float(rate), weight, self.discount)
         if self.p["calibrate"] and prices_gamma(t):
             self._calibrate(t)

@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from shared import codec, jobs, keys
-from shared.control import Decision, Telemetry
+from shared.control import ALL_BATCHES, Decision, Telemetry
 from shared.schemas import (
     ChatMessage,
     ErrorEvent,
@@ -165,11 +165,16 @@ def _positions(events: list[Message]) -> list[int]:
 async def test_rerun_after_a_crash_continues_the_same_sample(
     r: aioredis.Redis, model_dir: Path, engine: Engine, prompts: PromptEncoder
 ) -> None:
+    """A seeded job re-run after a crash, speculating where the first attempt did not, ends
+    with exactly the text an uninterrupted run gives: each token is keyed on the seed and its
+    output position, which the re-run continues (worker/engine/keyed.py)."""
     params = SamplingParams(max_tokens=12, temperature=0.9, seed=11, ignore_eos=True)
     await _enqueue(r, JobRequest(job_id="ref", prompt="Once", params=params))
-    await _drain(_worker(r, model_dir, engine, prompts))
+    await _drain(_worker(r, model_dir, engine, prompts))  # no decision: γ = 0
     reference = [e for e in await _events(r, "ref") if isinstance(e, TokenEvent)]
     await _crashed_first_attempt(r, JobRequest(job_id="re", prompt="Once", params=params), reference[:5])
+    speculate = Decision(version=1, policy="static", gamma_table=[(ALL_BATCHES, 3)], drafter="ngram")
+    await r.set(keys.DECISION_LATEST, codec.encode(speculate))
     await _drain(_worker(r, model_dir, engine, prompts))  # restarted w1 re-reads its pending
     events = await _events(r, "re")
     final = events[-1]
@@ -180,9 +185,10 @@ async def test_rerun_after_a_crash_continues_the_same_sample(
     assert [t for e in tokens for t in e.token_ids] == final.token_ids
     assert "".join(e.text for e in tokens) == final.text
     assert _positions(events) == list(range(12))
-    # The resumed attempt continues what the client saw: its first five tokens are kept.
-    sent = [t for e in reference[:5] for t in e.token_ids]
-    assert final.token_ids[: len(sent)] == sent
+    # The resumed attempt continues what the client saw, and as the first attempt would have.
+    assert final.token_ids == [t for e in reference for t in e.token_ids]
+    steps = [codec.from_entry(f) for _, f in await r.xrange(keys.TELEMETRY_STREAM)]
+    assert any(isinstance(t, Telemetry) and t.decision_version == 1 and t.gamma == 3 for t in steps)
 
 
 async def test_greedy_rerun_after_a_crash_equals_the_target(

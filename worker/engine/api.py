@@ -29,7 +29,9 @@ class EngineRequest:
     params: SamplingParams
     priority: int = 0  # lower runs first; FCFS within a priority
     arrival_time: float = field(default_factory=time.monotonic)
-    resumed: int = 0  # last prompt tokens that are output sent by an earlier attempt (a grammar takes them)
+    # The prompt's last tokens that are output an earlier attempt sent: a grammar consumes them, the
+    # processors count them as output, and a seeded draw's position continues after them.
+    resumed: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,10 +8,10 @@ Each phase returns named records (records.py); none fills in an argument.
 Speculation (worker/engine/spec/): γ comes from the latest planner decision at the batch
 size of decoding sequences; the scheduler reserves γ slots after each decoding sequence, the
 active drafter appends its drafts, and one target forward computes γ+1 rows per decoding
-sequence next to the prefill chunks of others. Verification (greedy or rejection sampling)
-emits 1..γ+1 tokens per sequence; rejected drafts are rolled back in the target
-(``Sequence.truncate`` + ``BlockManager.truncate``) and in every drafter. γ = 0 runs no
-draft work at all.
+sequence next to the prefill chunks of others. Verification (greedy, keyed draws for seeded
+sampling, rejection sampling for unseeded: spec/verify.py) emits 1..γ+1 tokens per sequence;
+rejected drafts are rolled back in the target (``Sequence.truncate`` +
+``BlockManager.truncate``) and in every drafter. γ = 0 runs no draft work at all.
 
 Failure isolation: when draft, run, verify or postprocess raises, every scheduled sequence
 goes back to where it was before the step (drafts and anything appended dropped, blocks
@@ -332,7 +332,14 @@ class LLMEngine(Engine):
         return touched, [self._resize(n) for n in resizes]
 
     def _add(self, req: EngineRequest) -> list[Sequence]:
-        seq = Sequence(req.request_id, list(req.prompt_token_ids), req.params, req.priority, req.arrival_time)
+        seq = Sequence(
+            req.request_id,
+            list(req.prompt_token_ids),
+            req.params,
+            req.priority,
+            req.arrival_time,
+            resumed=min(max(req.resumed, 0), len(req.prompt_token_ids)),
+        )
         if not seq.prompt_token_ids or req.request_id in self._seqs:
             seq.fail(
                 ErrorCode.BAD_REQUEST, "empty prompt" if not seq.prompt_token_ids else "duplicate request id"

@@ -6,20 +6,23 @@ row i, which scores the position after the first i drafts, gets the mask of the 
 consuming drafts 1..i-1 and i — the matcher walks the drafted path and rolls back what it
 walked, so the rows are exactly those the target alone would see if the drafts were its own
 tokens. A draft the grammar forbids has probability 0 under its row's mask: greedy
-verification never accepts it (the masked argmax differs) nor does rejection sampling
-(``verify.verify_sampled`` accepts only where p > 0), so the rows after it are never used
-and are left unmasked. Hence greedy output under any γ and drafter equals the target's own
-with the same grammar, and sampled output keeps the masked target distribution.
+verification never accepts it (the masked argmax differs), nor keyed verification (the masked
+draw never picks it), nor rejection sampling (``verify.verify_sampled`` accepts only where
+p > 0), so the rows after it are never used and are left unmasked. Hence greedy output under
+any γ and drafter equals the target's own with the same grammar, a seeded sampled one too,
+and unseeded sampled output keeps the masked target distribution.
 
 After verification ``accept`` consumes the tokens that stand and cuts them after the token
 that ends the grammar (EOS is allowed only where the grammar accepts); the sequence then
 finishes with "stop". A step that fails rolls the matcher back with the tokens (``sync``).
-Drafting cuts point-mass drafts (greedy sequences, the n-gram drafter) at the first the
-grammar forbids (``fitting``), so no row is spent verifying what would be rejected: exact,
-since rejecting such a draft leaves the target's token to the row where it stands (greedy:
-its masked argmax; sampled: the residual of a point mass of probability 0 there is the row
-itself). Drafts sampled from a drafter's distribution q are not cut: dropping a draft
-changes the rejection branch's residual, so they are rejected by verification instead.
+Drafting cuts point-mass drafts (greedy sequences, the n-gram drafter) and a seeded
+sequence's keyed drafts at the first the grammar forbids (``fitting``), so no row is spent
+verifying what would be rejected: exact, since rejecting such a draft leaves the target's
+token to the row where it stands (greedy: its masked argmax; keyed: its masked draw, which a
+forbidden token never is; rejection sampling: the residual of a point mass of probability 0
+there is the row itself). Drafts an unseeded sequence sampled from a drafter's distribution q
+are not cut: dropping a draft changes the rejection branch's residual, so they are rejected
+by verification instead.
 Sequences without a grammar never reach this module.
 
 ``Grammars`` compiles: the llguidance tokenizer is built from the engine's tokenizer on the

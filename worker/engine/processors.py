@@ -10,9 +10,11 @@ token for token (greedy) or in distribution (sampled).
 vLLM's semantics: ``repetition_penalty`` over prompt and output tokens (a positive logit is
 divided by it, a negative one multiplied); ``presence_penalty`` / ``frequency_penalty``
 subtract once per distinct output token / per occurrence; ``logit_bias`` is added;
-before ``min_tokens`` outputs EOS and ``stop_token_ids`` are masked. The prompt is the
-engine's (after a failover resume it includes the output already sent). A structured-output
-request's grammar masks every row last (worker/engine/grammar.py).
+before ``min_tokens`` outputs EOS and ``stop_token_ids`` are masked. After a failover resume
+the engine's prompt ends with the output already sent (``Sequence.resumed`` tokens): those
+count as output here, so a resumed request's rows are the ones its first attempt would have
+had (and a seeded one goes on with the same tokens). A structured-output request's grammar
+masks every row last (worker/engine/grammar.py).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def process_rows(logits: torch.Tensor, seq: Sequence, drafts: list[int], eos: fr
     prompt = seq.prompt_token_ids
     # A verifying sequence holds its drafts already (they are cut back after verification).
     held = seq.token_ids[: len(seq.token_ids) - len(drafts)] if drafts else seq.token_ids
-    output = held[len(prompt) :]
+    output = held[len(prompt) - seq.resumed :]  # a resume's sent output included
     bias_ids = [t for t in p.logit_bias if t < vocab]
     bias = torch.tensor([p.logit_bias[t] for t in bias_ids], dtype=out.dtype)
     banned = sorted(t for t in eos | set(p.stop_token_ids) if t < vocab)

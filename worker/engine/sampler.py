@@ -1,9 +1,10 @@
 """Next-token choice: greedy (argmax), or temperature → top-k → top-p → a draw.
 
-Filtering is batched over rows; each draw uses its request's own ``torch.Generator``
-(seeded from ``params.seed``), so a seeded request gets the same tokens whatever else is in
-the batch. ``filtered_probs`` is also what speculative rejection sampling needs as the
-target distribution.
+Filtering is batched over rows. A seeded request's draw is keyed on (seed, output position)
+(keyed.py): the same tokens whatever else is in the batch, whatever γ, drafter, preemption or
+resume, and speculative verification keeps a draft exactly when it equals that draw. An
+unseeded one draws from its own ``torch.Generator`` and is verified by rejection sampling.
+``filtered_probs`` is the target distribution both verifications use.
 
 Guards (a request must never crash the engine): a positive temperature is raised to
 ``TEMPERATURE_FLOOR`` (float32 would turn 1e-300 into 0 and the logits into inf/NaN), and
@@ -15,6 +16,12 @@ from __future__ import annotations
 import torch
 
 from shared.schemas import TEMPERATURE_FLOOR, SamplingParams
+from worker.engine.keyed import keyed_draw
+
+
+def is_keyed(params: SamplingParams) -> bool:
+    """A sampled request with a seed: its tokens are keyed draws (see the module docstring)."""
+    return not params.greedy and params.seed is not None
 
 
 def new_generator(params: SamplingParams) -> torch.Generator:
@@ -59,10 +66,37 @@ def filtered_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.
     return probs
 
 
-def sample(
-    logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]
+def draw(
+    probs: torch.Tensor,
+    params: list[SamplingParams],
+    positions: list[int],
+    generators: list[torch.Generator | None],
 ) -> list[int]:
-    """One token per row of ``logits [N, V]``."""
+    """One token per row of ``probs [N, V]`` (``filtered_probs``, on the CPU): a seeded row's
+    keyed draw at its output position ``positions[i]``, any other row's from ``generators[i]``."""
+    out = [0] * len(params)
+    keyed = [i for i, p in enumerate(params) if is_keyed(p)]
+    if keyed:
+        seeds = [params[i].seed or 0 for i in keyed]
+        tokens = keyed_draw(
+            probs[keyed] if len(keyed) < len(params) else probs, seeds, [positions[i] for i in keyed]
+        )
+        for i, tok in zip(keyed, tokens, strict=True):
+            out[i] = tok
+    for i, p in enumerate(params):
+        if not is_keyed(p):
+            out[i] = int(torch.multinomial(probs[i], 1, generator=generators[i]))
+    return out
+
+
+def sample(
+    logits: torch.Tensor,
+    params: list[SamplingParams],
+    generators: list[torch.Generator | None],
+    positions: list[int],
+) -> list[int]:
+    """One token per row of ``logits [N, V]``; ``positions``: each row's output position (what
+    a seeded row's draw is keyed on)."""
     out = [0] * len(params)
     greedy = [i for i, p in enumerate(params) if p.greedy]
     if greedy:
@@ -73,6 +107,12 @@ def sample(
     if sampled:
         # Draws happen on the CPU, where the requests' generators live.
         probs = filtered_probs(logits[sampled], [params[i] for i in sampled]).cpu()
-        for row, i in enumerate(sampled):
-            out[i] = int(torch.multinomial(probs[row], 1, generator=generators[i]))
+        tokens = draw(
+            probs,
+            [params[i] for i in sampled],
+            [positions[i] for i in sampled],
+            [generators[i] for i in sampled],
+        )
+        for i, tok in zip(sampled, tokens, strict=True):
+            out[i] = tok
     return out

@@ -4,6 +4,10 @@
 values are in the paged cache; the rest are fed to the next forward. A decoding sequence
 normally has exactly one uncomputed token (the last one sampled). Speculation appends draft
 tokens after it and, after verification, ``truncate`` drops the rejected ones.
+
+A failover resume hands the engine prompt + the output already sent as its prompt; ``resumed``
+says how many of the prompt's last tokens are that output, so ``position`` — the index of a
+token in the job's whole output, which keys a seeded draw (keyed.py) — continues the count.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from shared.schemas import FinishReason, SamplingParams
 from worker.engine.api import DraftOutcome
 from worker.engine.grammar import Constraint
 from worker.engine.logprobs import LogprobState
-from worker.engine.sampler import new_generator
+from worker.engine.sampler import is_keyed, new_generator
 from worker.engine.spec.plan import SeqSpec
 from worker.engine.spec.router import DrafterChoice
 
@@ -56,19 +60,30 @@ class Sequence:
     drafter_choice: DrafterChoice | None = None  # per-request drafter choice (spec/router.py)
     outcomes: list[DraftOutcome] = field(default_factory=list)  # steps since the last report
     spec: SeqSpec = field(default_factory=SeqSpec)  # acceptance and pair under the cost rule (spec/plan.py)
+    resumed: int = 0  # the prompt's last tokens that are output an earlier attempt sent
     order: int = field(default_factory=lambda: next(_order))
 
     def __post_init__(self) -> None:
         if not self.token_ids:
             self.token_ids = list(self.prompt_token_ids)
-        if not self.params.greedy:
-            self.generator = new_generator(self.params)
+        if not self.params.greedy and not self.keyed:
+            self.generator = new_generator(self.params)  # unseeded: rejection sampling draws from it
         if self.params.logprobs is not None or self.params.prompt_logprobs is not None:
             self.logprobs = LogprobState(self.params.logprobs, self.params.prompt_logprobs)
 
     @property
     def num_prompt(self) -> int:
         return len(self.prompt_token_ids)
+
+    @property
+    def keyed(self) -> bool:
+        """A seeded sampled request: each token is drawn keyed on (seed, its position)."""
+        return is_keyed(self.params)
+
+    def position(self, index: int) -> int:
+        """The output position of the token at ``index`` of ``token_ids`` (a resume's sent
+        output counted: position 0 is the job's first output token)."""
+        return index - self.num_prompt + self.resumed
 
     @property
     def num_output(self) -> int:

@@ -1,4 +1,4 @@
-"""Sampler: greedy, temperature, top-k and top-p filtering, seeded draws."""
+"""Sampler: greedy, temperature, top-k and top-p filtering, seeded (keyed) and unseeded draws."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def kept(probs: torch.Tensor) -> list[int]:
 
 def test_greedy_is_argmax_per_row() -> None:
     logits = torch.tensor([[0.0, 3.0, 1.0], [5.0, 1.0, 4.9]])
-    assert sample(logits, [SamplingParams(), SamplingParams()], [None, None]) == [1, 0]
+    assert sample(logits, [SamplingParams(), SamplingParams()], [None, None], [0, 0]) == [1, 0]
 
 
 def test_temperature_scales_logits() -> None:
@@ -62,22 +62,39 @@ def test_rows_are_filtered_independently() -> None:
         assert torch.allclose(together[i], filtered_probs(logits[i : i + 1], [p])[0])
 
 
-def test_seeded_draws_are_reproducible_and_follow_the_distribution() -> None:
+def test_seeded_draws_are_keyed_on_the_position_and_follow_the_distribution() -> None:
     params = SamplingParams(temperature=1.0, top_k=3, seed=42)
     logits = LOGITS.expand(4000, -1)
-    a = sample(logits, [params] * 4000, [new_generator(params)] * 4000)
-    b = sample(logits, [params] * 4000, [new_generator(params)] * 4000)
-    assert a == b
-    freq = torch.bincount(torch.tensor(a), minlength=4).float() / 4000
+    positions = list(range(4000))
+    a = sample(logits, [params] * 4000, [None] * 4000, positions)
+    # Keyed on (seed, position): the same whatever the batch around them or its order.
+    assert a == sample(logits, [params] * 4000, [None] * 4000, positions)
+    assert a[1234] == sample(logits[:1], [params], [None], [1234])[0]
+    assert a[::-1] == sample(logits, [params] * 4000, [None] * 4000, positions[::-1])
+    other = sample(logits, [params.model_copy(update={"seed": 43})] * 4000, [None] * 4000, positions)
+    assert other != a
     expected = torch.tensor([0.5, 0.3, 0.15, 0.0]) / 0.95
-    assert freq[3] == 0  # filtered out by top-k
-    assert torch.allclose(freq, expected, atol=0.03)
+    for draws in (a, other):
+        freq = torch.bincount(torch.tensor(draws), minlength=4).float() / 4000
+        assert freq[3] == 0  # filtered out by top-k
+        assert torch.allclose(freq, expected, atol=0.03)
+
+
+def test_unseeded_draws_use_their_generator() -> None:
+    params = SamplingParams(temperature=1.0, top_k=3)
+    logits = LOGITS.expand(4000, -1)
+    gen = torch.Generator().manual_seed(7)
+    a = sample(logits, [params] * 4000, [gen] * 4000, [0] * 4000)
+    gen.manual_seed(7)
+    assert a == sample(logits, [params] * 4000, [gen] * 4000, [0] * 4000)
+    freq = torch.bincount(torch.tensor(a), minlength=4).float() / 4000
+    assert torch.allclose(freq, torch.tensor([0.5, 0.3, 0.15, 0.0]) / 0.95, atol=0.03)
 
 
 def test_greedy_and_sampled_rows_mix() -> None:
     logits = torch.tensor([[0.0, 9.0], [9.0, 0.0]])
     params = [SamplingParams(temperature=1.0, top_k=1, seed=1), SamplingParams()]
-    assert sample(logits, params, [new_generator(params[0]), None]) == [1, 0]
+    assert sample(logits, params, [new_generator(params[0]), None], [0, 0]) == [1, 0]
 
 
 def test_a_vanishing_temperature_is_floored_and_bad_logits_raise() -> None:

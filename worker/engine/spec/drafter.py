@@ -8,7 +8,8 @@ of ``L`` tokens has its first ``L − 1`` in the target's cache and its last one
 - ``catch_up``: bring the drafter's state up to the first ``L − 1`` tokens (what it missed
   while speculation was off); the engine times this as the switching cost.
 - ``propose``: up to ``k`` draft tokens per sequence after all ``L`` tokens, with the
-  (warped) probabilities they were drawn from for sampled sequences.
+  (warped) probabilities they were drawn from for sampled sequences (a seeded one's draws are
+  keyed on its seed and each draft's output position: worker/engine/keyed.py).
 - ``rollback``: only the first ``n`` tokens are still the sequence's (rejected drafts dropped).
 - ``score``: the counterfactual — what the drafter would have proposed first at each of the
   positions just verified (HedgeSpec's full-information feedback); also keeps it current.
@@ -28,7 +29,8 @@ from worker.engine.sequence import Sequence
 class Proposal:
     tokens: list[list[int]]  # per sequence, at most its k drafts
     # Per sequence: [len(tokens[i]), V] probabilities the drafts were sampled from (sampled
-    # sequences only; None for greedy ones, whose verification needs no q).
+    # sequences only — a seeded one's keyed draw is from them too; None for greedy ones and
+    # point-mass proposals, whose verification needs no q).
     probs: list[torch.Tensor | None] = field(default_factory=list)
 
 

@@ -28,11 +28,10 @@ from __future__ import annotations
 
 import torch
 
-from worker.engine.sampler import filtered_probs
 from worker.engine.sequence import Sequence
 from worker.engine.spec.drafter import CatchUp, Proposal, Scores
 from worker.engine.spec.feature_model import FeatureModel, FeatureRunner
-from worker.engine.spec.model_drafter import ModelDrafter, _Job
+from worker.engine.spec.model_drafter import ModelDrafter, _draws, _Job
 
 MAX_PENDING = 64  # feature rows one sequence may hold (a catch-up's most) before the oldest go
 
@@ -153,7 +152,10 @@ class FeatureDrafter(ModelDrafter):
             if not ok:
                 break
             k_dim = self.num_draft_tokens
-            picked, q = self._pick_rows([seqs[i] for i, _ in ok], torch.cat([r[:, :k_dim] for _, r in ok]))
+            positions = [seqs[i].position(len(seqs[i].token_ids) + len(tokens[i])) for i, _ in ok]
+            picked, q = self._pick_rows(
+                [seqs[i] for i, _ in ok], torch.cat([r[:, :k_dim] for _, r in ok]), positions
+            )
             live, jobs = [], []
             for (i, r), tok, qi in zip(ok, picked, q, strict=True):
                 tokens[i].append(tok)
@@ -282,20 +284,15 @@ class FeatureDrafter(ModelDrafter):
         return full
 
     def _pick_rows(
-        self, seqs: list[Sequence], logits: torch.Tensor
+        self, seqs: list[Sequence], logits: torch.Tensor, positions: list[int]
     ) -> tuple[list[int], list[torch.Tensor | None]]:
-        """Argmax for greedy sequences; a draw from the warped distribution, renormalised over
-        the drafter's vocabulary, for sampled ones (q is over the full vocabulary)."""
-        ids = self.model.vocab_ids
-        tokens = ids[logits.argmax(-1)].tolist()
-        q: list[torch.Tensor | None] = [None] * len(seqs)
-        sampled = [i for i, s in enumerate(seqs) if not s.params.greedy]
-        if sampled:
-            probs = filtered_probs(self._full(logits[sampled]), [seqs[i].params for i in sampled]).cpu()
-            for row, i in enumerate(sampled):
-                tokens[i] = int(torch.multinomial(probs[row], 1, generator=seqs[i].generator))
-                q[i] = probs[row]
-        return tokens, q
+        """Argmax for greedy sequences; for sampled ones a draw (keyed for seeded ones, as the
+        model drafter's: model_drafter.py) from the warped distribution renormalised over the
+        drafter's vocabulary (q, for unseeded ones, is over the full vocabulary)."""
+        tokens = self.model.vocab_ids[logits.argmax(-1)].tolist()
+        if all(s.params.greedy for s in seqs):
+            return tokens, [None] * len(seqs)
+        return _draws(seqs, self._full(logits), positions, tokens)
 
 
 class _RealJob:

@@ -6,9 +6,14 @@ its cache holds. Every call feeds what is missing since then, so catching up aft
 without speculation, the prompt of a sequence that just finished prefilling, and the
 verified tokens of a counterfactual all run through one chunked, batched ``_feed``.
 
-Drafts are argmax for greedy sequences and draws from the warped distribution
-(``sampler.filtered_probs``, the same warping as the target's) with the sequence's own
-generator otherwise; the draw's probabilities go to the verifier as q.
+Drafts are argmax for greedy sequences. A seeded sampled sequence's draft is the keyed draw
+(keyed.py) from the drafter's warped distribution (``sampler.filtered_probs``, the same
+warping as the target's) with the noise of the draft's output position, the noise the target
+draws that position with: a coupled draft, the target's own token wherever the two races have
+the same winner (its verification compares tokens). An unseeded one draws with the sequence's
+own generator, and the draw's probabilities go to rejection sampling as q. Both keep q (a view
+of rows computed anyway): benchmarks/seeded_bench.py measures on it what rejection sampling
+would have accepted of a seeded sequence's drafts.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import torch
 from worker.engine.block_manager import BlockManager
 from worker.engine.kv_cache import bytes_per_block
 from worker.engine.model_runner import ForwardItem, ModelRunner
-from worker.engine.sampler import filtered_probs
+from worker.engine.sampler import draw, filtered_probs
 from worker.engine.sequence import Sequence
 from worker.engine.spec.drafter import CatchUp, Drafter, Proposal, Scores
 
@@ -77,7 +82,8 @@ class ModelDrafter(Drafter):
             ok = [(i, r) for i, r in zip(live, rows, strict=True) if r is not None]
             if not ok:
                 break
-            picked, q = self._pick([seqs[i] for i, _ in ok], torch.cat([r for _, r in ok]))
+            positions = [seqs[i].position(len(seqs[i].token_ids) + len(tokens[i])) for i, _ in ok]
+            picked, q = self._pick([seqs[i] for i, _ in ok], torch.cat([r for _, r in ok]), positions)
             live = []
             for (i, _), tok, qi in zip(ok, picked, q, strict=True):
                 tokens[i].append(tok)
@@ -178,15 +184,30 @@ class ModelDrafter(Drafter):
         return out
 
     def _pick(
-        self, seqs: list[Sequence], logits: torch.Tensor
+        self, seqs: list[Sequence], logits: torch.Tensor, positions: list[int]
     ) -> tuple[list[int], list[torch.Tensor | None]]:
-        """One draft per row: argmax (greedy), or a draw from the warped distribution."""
+        """One draft per row (at output position ``positions[i]``): argmax (greedy), or a draw
+        from the warped distribution (see the module docstring)."""
         tokens = logits.argmax(-1).tolist()
-        q: list[torch.Tensor | None] = [None] * len(seqs)
-        sampled = [i for i, s in enumerate(seqs) if not s.params.greedy]
-        if sampled:
-            probs = filtered_probs(logits[sampled], [seqs[i].params for i in sampled]).cpu()
-            for row, i in enumerate(sampled):
-                tokens[i] = int(torch.multinomial(probs[row], 1, generator=seqs[i].generator))
-                q[i] = probs[row]
-        return tokens, q
+        return _draws(seqs, logits, positions, tokens)
+
+
+def _draws(
+    seqs: list[Sequence], logits: torch.Tensor, positions: list[int], tokens: list[int]
+) -> tuple[list[int], list[torch.Tensor | None]]:
+    """``tokens`` (the greedy picks) with every sampled row's draw in its place, and q for
+    every sampled row. ``logits`` span the full vocabulary."""
+    q: list[torch.Tensor | None] = [None] * len(seqs)
+    sampled = [i for i, s in enumerate(seqs) if not s.params.greedy]
+    if sampled:
+        probs = filtered_probs(logits[sampled], [seqs[i].params for i in sampled]).cpu()
+        picked = draw(
+            probs,
+            [seqs[i].params for i in sampled],
+            [positions[i] for i in sampled],
+            [seqs[i].generator for i in sampled],
+        )
+        for row, (i, tok) in enumerate(zip(sampled, picked, strict=True)):
+            tokens[i] = tok
+            q[i] = probs[row]
+    return tokens, q

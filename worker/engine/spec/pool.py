@@ -7,8 +7,10 @@ gives the default, the first model drafter). When it drafts after a step where i
 tokens it missed in one batched prefill, timed and reported as a ``SwitchCostEvent``.
 
 Counterfactual acceptance of drafter i at a verified position is 1[its argmax = the kept
-token] for greedy sequences and Σ_x min(p, q_i) for sampled ones (p, q_i warped alike); a
-step's rate pools every verified position of the batch. Scoring feeds the verified tokens
+token] for greedy sequences, 1[its keyed draw at that position = the kept token] for seeded
+sampled ones (what their verification accepts: keyed.py), and Σ_x min(p, q_i) for unseeded
+ones (p, q_i warped alike; rejection sampling's acceptance); a step's rate pools every
+verified position of the batch. Scoring feeds the verified tokens
 into every other model drafter, which also keeps its cache current, so a later switch to it
 costs no catch-up. ``every`` bounds the cost: score on every k-th speculative step only
 (0: never); a drafter that skipped scoring catches up inside its next score or draft.
@@ -21,6 +23,7 @@ import time
 import torch
 
 from shared.control import SwitchCostEvent
+from worker.engine.keyed import keyed_draw
 from worker.engine.sampler import filtered_probs
 from worker.engine.sequence import Sequence
 from worker.engine.spec.drafter import Drafter
@@ -125,11 +128,15 @@ class DrafterPool:
             if not idx:
                 continue
             scores = d.score([seqs[i] for i in idx], [starts[i] for i in idx])
+            coupled = _coupled_hits(
+                [seqs[i] for i in idx], scores.logits, [verified[i] for i in idx]
+            )  # seeded sequences, in one batch
             for j, i in enumerate(idx):
-                hits = _hits(seqs[i], scores.tokens[j], scores.logits[j], verified[i], p_rows[i])
+                hits = coupled.get(j)
+                if hits is None:
+                    hits = _hits(seqs[i], scores.tokens[j], scores.logits[j], verified[i], p_rows[i])
                 out[i][d.name] = (hits, len(verified[i]))
         return out
-
 
     def prompt_hits(self, seqs: list[Sequence], starts: list[int]) -> list[dict[str, tuple[float, int]]]:
         """Per sequence, every drafter's greedy agreement with the tokens at positions
@@ -160,12 +167,38 @@ def pooled(counts: list[dict[str, tuple[float, int]]]) -> dict[str, float]:
     return {name: num[name] / den[name] for name in num if den[name]}
 
 
+def _coupled_hits(
+    seqs: list[Sequence], logits: list[torch.Tensor | None], kept: list[list[int]]
+) -> dict[int, float]:
+    """For each seeded sampled sequence j with a drafter's rows ``logits[j]`` (its view of the
+    last ``len(kept[j])`` positions): at how many of them its keyed draw — the same noise the
+    target drew the kept token with — is the kept token, i.e. keyed verification would accept."""
+    js = [j for j, (s, lg) in enumerate(zip(seqs, logits, strict=True)) if s.keyed and lg is not None]
+    if not js:
+        return {}
+    rows = torch.cat([lg for j in js if (lg := logits[j]) is not None])
+    params = [seqs[j].params for j in js for _ in kept[j]]
+    seeds = [p.seed or 0 for p in params]
+    positions: list[int] = []
+    for j in js:
+        first = seqs[j].position(len(seqs[j].token_ids) - len(kept[j]))
+        positions += range(first, first + len(kept[j]))
+    drawn = keyed_draw(filtered_probs(rows, params).cpu(), seeds, positions)
+    out, at = {}, 0
+    for j in js:
+        n = len(kept[j])
+        out[j] = float(sum(a == b for a, b in zip(drawn[at : at + n], kept[j], strict=True)))
+        at += n
+    return out
+
+
 def _hits(
     seq: Sequence, pred: list[int], logits: torch.Tensor | None, kept: list[int], p: torch.Tensor | None
 ) -> float:
-    """Expected accepted positions of one drafter's view ``pred``/``logits`` of ``kept``."""
-    if seq.params.greedy or p is None:
-        return greedy_acceptance(pred, kept) * len(kept)
+    """Expected accepted positions of one drafter's view ``pred``/``logits`` of ``kept`` (a
+    seeded sequence's coupled draws are scored by ``_coupled_hits``)."""
+    if seq.params.greedy or p is None or seq.keyed:
+        return greedy_acceptance(pred, kept) * len(kept)  # deterministic proposals: realised hits
     p = p[: len(kept)]
     if logits is not None:
         q = filtered_probs(logits, [seq.params] * len(kept)).cpu()

@@ -30,6 +30,7 @@ so the bandit weighs it against plain decoding.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -48,6 +49,8 @@ from worker.engine.spec.ngram import NgramDrafter
 from worker.engine.spec.plan import PROMPT_POSITIONS, PROMPT_WEIGHT, CostRule
 from worker.engine.spec.pool import DrafterPool, pooled
 from worker.engine.spec.router import DrafterChoice, shared_costs
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -137,11 +140,21 @@ class Speculator:
 
     def _score_prompts(self, seqs: list[Sequence]) -> None:
         """Every drafter's teacher-forced acceptance on the last tokens of each new sequence's
-        prompt (and its first output token), into the sequence's counts at ``PROMPT_WEIGHT``."""
+        prompt (and its first output token), into the sequence's counts at ``PROMPT_WEIGHT``.
+        A drafter that fails here costs the drafters their state (they catch up again), never
+        a request: the sequences start from the planner's prior instead."""
         assert self.pool is not None
         starts = [max(len(s.token_ids) - 1 - PROMPT_POSITIONS, 1) for s in seqs]
-        for seq, hits in zip(seqs, self.pool.prompt_hits(seqs, starts), strict=True):
-            for name, (accepted, judged) in hits.items():
+        try:
+            hits = self.pool.prompt_hits(seqs, starts)
+        except Exception:
+            log.exception(
+                "scoring the prompts of %d sequence(s) failed; every drafter catches up again", len(seqs)
+            )
+            self.reset()
+            hits = [{} for _ in seqs]
+        for seq, h in zip(seqs, hits, strict=True):
+            for name, (accepted, judged) in h.items():
                 seq.spec.add(name, accepted, judged, PROMPT_WEIGHT)
             seq.spec.prompt_scored = True
 
@@ -186,7 +199,7 @@ class Speculator:
             t0 = time.perf_counter()
             proposal = d.propose(seqs, [s.num_lookahead for s in group])
             for s, tokens, q in zip(group, proposal.tokens, proposal.probs, strict=True):
-                if s.seq.grammar is not None and q is None:  # point-mass drafts: see grammar.py
+                if s.seq.grammar is not None and (q is None or s.seq.keyed):  # exact cut: grammar.py
                     tokens = tokens[: s.seq.grammar.fitting(tokens)]
                 out.drafts[s.seq.request_id] = Drafted(len(s.seq.token_ids), tokens, q, s.num_lookahead, name)
                 s.seq.token_ids.extend(tokens)

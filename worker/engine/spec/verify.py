@@ -2,16 +2,26 @@
 
 The target scored γ draft tokens plus one more position in a single forward. Greedy keeps
 the longest prefix of drafts that equal the target's argmax, then the target's own token.
-Sampling is standard speculative rejection sampling (Leviathan et al. 2023; Chen et al.
-2023): accept draft x with probability min(1, p(x)/q(x)); on the first rejection draw from
-normalise(max(0, p − q)) and stop; if all pass, draw a bonus token from the last p. The
-emitted tokens are then distributed exactly as sampling from the target alone.
+
+A seeded sampled request is verified the same way on its keyed draws (keyed.py): row i's
+token is the target's own draw at the draft's output position — a function of the seed, that
+position and the target's warped row alone — and a draft stands exactly when it equals it.
+The emitted tokens are then the very tokens the target alone draws with that seed, at any γ,
+with any drafter (and so distributed as the target's).
+
+An unseeded one goes through standard speculative rejection sampling (Leviathan et al. 2023;
+Chen et al. 2023): accept draft x with probability min(1, p(x)/q(x)); on the first rejection
+draw from normalise(max(0, p − q)) and stop; if all pass, draw a bonus token from the last p.
+The emitted tokens are distributed exactly as sampling from the target alone, and it accepts
+Σ min(p, q) of the drafts, at least what the keyed draws' coupling accepts
+(docs/speculation.md "Seeded sampling" measures both).
 """
 
 from __future__ import annotations
 
 import torch
 
+from worker.engine.keyed import keyed_draw
 from worker.engine.processors import process_rows
 from worker.engine.records import Candidate, Verified
 from worker.engine.sampler import filtered_probs
@@ -76,12 +86,13 @@ def greedy_acceptance(predicted: list[int], verified: list[int]) -> float:
 def verify_batch(candidates: list[Candidate], eos: frozenset[int] = frozenset()) -> list[Verified]:
     """The target's choice for every candidate of a step, drafts or not, in order.
 
-    Greedy candidates are verified together on their argmax; sampled ones by rejection
-    sampling with their own generators, after one batched warping of all their rows. A
-    candidate without drafts simply gets the target's token. ``Verified.p`` keeps a sampled
-    candidate's warped target probabilities (for counterfactual scoring). A candidate whose
-    request asks for logits processors (penalties, logit_bias, min_tokens) is verified on its
-    processed rows (worker/engine/processors.py), drafts and all.
+    Greedy candidates are verified together on their argmax, and seeded sampled ones with
+    them on their keyed draws; unseeded sampled ones by rejection sampling with their own
+    generators. Every sampled row is warped in one batch. A candidate without drafts simply
+    gets the target's token. ``Verified.p`` keeps a sampled candidate's warped target
+    probabilities (for counterfactual scoring). A candidate whose request asks for logits
+    processors (penalties, logit_bias, min_tokens) is verified on its processed rows
+    (worker/engine/processors.py), drafts and all.
     """
     out: list[Verified | None] = [None] * len(candidates)
     rows_of = {
@@ -89,39 +100,75 @@ def verify_batch(candidates: list[Candidate], eos: frozenset[int] = frozenset())
         for i, c in enumerate(candidates)
         if c.seq.params.processed
     }
-    greedy = [i for i, c in enumerate(candidates) if c.seq.params.greedy]
-    if greedy:
-        drafts = [_draft_tokens(candidates[i]) for i in greedy]
+    probs_of = _warped(candidates, rows_of)
+    chosen = {  # per greedy or keyed candidate: the target's token at every row
+        i: rows_of[i].argmax(-1).tolist() if i in rows_of else c.argmax
+        for i, c in enumerate(candidates)
+        if c.seq.params.greedy
+    } | _keyed_draws(candidates, probs_of)
+    if chosen:
+        order = sorted(chosen)
+        drafts = [_draft_tokens(candidates[i]) for i in order]
         k = max(len(d) for d in drafts)
-        ids = [rows_of[i].argmax(-1).tolist() if i in rows_of else candidates[i].argmax for i in greedy]
-        target = torch.tensor([t + [0] * (k + 1 - len(t)) for t in ids])
+        target = torch.tensor([chosen[i] + [0] * (k + 1 - len(chosen[i])) for i in order])
         draft = torch.tensor([d + [-1] * (k - len(d)) for d in drafts], dtype=torch.long)
         num = torch.tensor([len(d) for d in drafts])
-        for i, emitted in zip(greedy, verify_greedy(target, draft.view(len(greedy), k), num), strict=True):
-            out[i] = Verified(candidates[i], emitted, None)
-    sampled = [i for i, c in enumerate(candidates) if not c.seq.params.greedy]
-    if sampled:
-        # One batched warping for every row; draws happen on the CPU with each request's generator.
-        rows = [
-            rows_of[i].to(candidates[i].logits.dtype) if i in rows_of else candidates[i].logits
-            for i in sampled
-        ]
-        row_params = [
-            candidates[i].seq.params for i, r in zip(sampled, rows, strict=True) for _ in range(r.shape[0])
-        ]
-        probs = filtered_probs(torch.cat(rows), row_params).cpu()
-        at = 0
-        for i in sampled:
-            c = candidates[i]
-            p = probs[at : at + c.logits.shape[0]]
-            at += p.shape[0]
-            tokens = _draft_tokens(c)
-            q = c.drafted.q if c.drafted else None
-            if q is None:  # a point mass on each draft
-                q = torch.zeros(len(tokens), p.shape[1])
-                q[torch.arange(len(tokens)), torch.tensor(tokens, dtype=torch.long)] = 1.0
-            out[i] = Verified(c, verify_sampled(p, q, tokens, c.seq.generator), p)
+        for i, emitted in zip(order, verify_greedy(target, draft.view(len(order), k), num), strict=True):
+            out[i] = Verified(candidates[i], emitted, probs_of.get(i))
+    for i, p in probs_of.items():
+        if i in chosen:
+            continue
+        c = candidates[i]
+        tokens = _draft_tokens(c)
+        q = c.drafted.q if c.drafted else None
+        if q is None:  # a point mass on each draft
+            q = torch.zeros(len(tokens), p.shape[1])
+            q[torch.arange(len(tokens)), torch.tensor(tokens, dtype=torch.long)] = 1.0
+        out[i] = Verified(c, verify_sampled(p, q, tokens, c.seq.generator), p)
     return [v for v in out if v is not None]
+
+
+def _warped(candidates: list[Candidate], rows_of: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+    """Every sampled candidate's warped target rows (one batched ``filtered_probs``, on the CPU)."""
+    sampled = [i for i, c in enumerate(candidates) if not c.seq.params.greedy]
+    if not sampled:
+        return {}
+    rows = [
+        rows_of[i].to(candidates[i].logits.dtype) if i in rows_of else candidates[i].logits for i in sampled
+    ]
+    row_params = [
+        candidates[i].seq.params for i, r in zip(sampled, rows, strict=True) for _ in range(r.shape[0])
+    ]
+    probs = filtered_probs(torch.cat(rows), row_params).cpu()
+    out, at = {}, 0
+    for i, r in zip(sampled, rows, strict=True):
+        out[i] = probs[at : at + r.shape[0]]
+        at += r.shape[0]
+    return out
+
+
+def _keyed_draws(candidates: list[Candidate], probs_of: dict[int, torch.Tensor]) -> dict[int, list[int]]:
+    """The keyed draw at every row of each seeded sampled candidate, all in one batch: row j
+    of a candidate whose first emitted token lands at index ``L`` is output position
+    ``seq.position(L) + j``."""
+    keyed = [i for i in probs_of if candidates[i].seq.keyed]
+    if not keyed:
+        return {}
+    seeds: list[int] = []
+    positions: list[int] = []
+    for i in keyed:
+        seq = candidates[i].seq
+        first = seq.position(len(seq.token_ids) - len(_draft_tokens(candidates[i])))
+        n = probs_of[i].shape[0]
+        seeds += [seq.params.seed or 0] * n
+        positions += range(first, first + n)
+    tokens = keyed_draw(torch.cat([probs_of[i] for i in keyed]), seeds, positions)
+    out, at = {}, 0
+    for i in keyed:
+        n = probs_of[i].shape[0]
+        out[i] = tokens[at : at + n]
+        at += n
+    return out
 
 
 def _draft_tokens(c: Candidate) -> list[int]:

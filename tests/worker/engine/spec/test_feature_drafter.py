@@ -13,6 +13,7 @@ from shared.schemas import SamplingParams
 from tests.tiny_models import build_llama
 from tests.worker.engine.spec.feature_heads import make_head, target_features
 from training.eagle_head import EagleHead
+from worker.engine.keyed import keyed_draw
 from worker.engine.loader import load_engine
 from worker.engine.sequence import Sequence
 from worker.engine.spec.feature_drafter import FeatureDrafter
@@ -45,8 +46,8 @@ def drafter(target: Path, head_dir: Path, **kw: int) -> FeatureDrafter:
     return FeatureDrafter("fd", runner, **kw)
 
 
-def seq(tokens: list[int], sid: str = "a", temperature: float = 0.0) -> Sequence:
-    return Sequence(sid, list(tokens), SamplingParams(temperature=temperature, seed=1))
+def seq(tokens: list[int], sid: str = "a", temperature: float = 0.0, seed: int | None = 1) -> Sequence:
+    return Sequence(sid, list(tokens), SamplingParams(temperature=temperature, seed=seed))
 
 
 def test_drafts_equal_the_training_head(target_dir: Path, tmp_path: Path) -> None:
@@ -107,11 +108,18 @@ def test_catch_up_and_prefix_start(target_dir: Path, tmp_path: Path) -> None:
 
 
 def test_sampled_drafts_carry_q_over_the_drafters_vocabulary(target_dir: Path, tmp_path: Path) -> None:
+    """Unseeded: q for rejection sampling. Seeded: keyed draws from the same q."""
     head_dir, head = make_head(target_dir, tmp_path / "head", seed=2)
     tokens = torch.randint(3, 300, (20,), generator=torch.Generator().manual_seed(2)).tolist()
     feats = target_features(target_dir, tokens)
     d = drafter(target_dir, head_dir)
-    s = seq(tokens[:12], temperature=0.8)
+    d.observe("k", 0, feats[:11])
+    keyed = d.propose([seq(tokens[:12], "k", temperature=0.8)], [3])
+    kq = keyed.probs[0]
+    assert kq is not None and kq.shape == (3, head.cfg.target_vocab) and len(keyed.tokens[0]) == 3
+    assert set(keyed.tokens[0]) <= set(head.vocab_ids.tolist())
+    assert keyed.tokens[0] == keyed_draw(kq, [1] * 3, [0, 1, 2])  # output positions 0..2
+    s = seq(tokens[:12], temperature=0.8, seed=None)
     d.observe("a", 0, feats[:11])
     prop = d.propose([s], [3])
     q = prop.probs[0]

@@ -10,7 +10,9 @@ import torch
 from shared.schemas import SamplingParams
 from tests.worker.engine.test_engine import PROMPTS
 from tests.worker.engine.tiny import hf_greedy, hf_model
+from worker.engine.keyed import keyed_draw
 from worker.engine.model_runner import ModelRunner
+from worker.engine.sampler import filtered_probs
 from worker.engine.sequence import Sequence
 from worker.engine.spec.model_drafter import ModelDrafter
 from worker.engine.weights import load_checkpoint
@@ -80,15 +82,30 @@ def test_a_full_pool_drops_only_the_sequence_that_does_not_fit(spec_models: dict
 
 
 def test_sampled_drafts_come_with_their_distribution(spec_models: dict[str, Path]) -> None:
+    """Unseeded: drawn with the request's generator, q for rejection sampling. Seeded: the
+    keyed draw from q at each draft's output position (the target's noise there)."""
     drafter = make_drafter(spec_models["rand-a"])
-    params = SamplingParams(temperature=0.8, top_k=5, seed=3)
+    params = SamplingParams(temperature=0.8, top_k=5)
+    s = seq("x", PROMPTS[4], params)
+    out = drafter.propose([s], [4])
+    q = out.probs[0]
+    assert q is not None and q.shape == (4, 96)
+    assert torch.allclose(q.sum(-1), torch.ones(4)) and ((q > 0).sum(-1) <= 5).all()
+    assert all(q[i, t] > 0 for i, t in enumerate(out.tokens[0]))
+    seeded = params.model_copy(update={"seed": 3})
     runs = []
-    for name in ("x", "y"):
-        s = seq(name, PROMPTS[4], params)
-        out = drafter.propose([s], [4])
-        q = out.probs[0]
-        assert q is not None and q.shape == (4, 96)
-        assert torch.allclose(q.sum(-1), torch.ones(4)) and ((q > 0).sum(-1) <= 5).all()
-        assert all(q[i, t] > 0 for i, t in enumerate(out.tokens[0]))
-        runs.append(out.tokens[0])
-    assert runs[0] == runs[1]  # the request's own seeded generator draws the drafts
+    for name in ("y", "z"):
+        keyed = drafter.propose([seq(name, PROMPTS[4], seeded)], [4])
+        kq = keyed.probs[0]
+        assert kq is not None and kq.shape == (4, 96)
+        assert keyed.tokens[0] == keyed_draw(kq, [3] * 4, [0, 1, 2, 3])
+        runs.append(keyed.tokens[0])
+    assert runs[0] == runs[1]
+    # Each is the drafter's own keyed draw at output positions 0, 1, ... after its drafts.
+    hf = hf_model(spec_models["rand-a"])
+    tokens = list(PROMPTS[4])
+    for pos in range(4):
+        with torch.inference_mode():
+            row = hf(torch.tensor([tokens])).logits[0, -1:]
+        tokens += keyed_draw(filtered_probs(row, [seeded]), [3], [pos])
+    assert runs[0] == tokens[len(PROMPTS[4]) :]

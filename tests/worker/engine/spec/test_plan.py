@@ -187,3 +187,32 @@ def test_nothing_speculative_runs_where_no_drafter_can_pay(monkeypatch: pytest.M
         busy += stats.batch_size == 16
     assert busy >= 200
     assert calls == {"feed": 0, "ngram": 0, "judge": 0}
+
+
+def test_a_drafter_failing_on_a_prompt_costs_no_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prompt scoring runs drafter forwards before the step's isolated phases: a drafter that
+    raises there resets the drafters, the sequences start from the prior, and the output is
+    the target's alone."""
+    from worker.engine.spec.pool import DrafterPool
+
+    engine = _engine()
+    prompts = {f"code-{i}": p for i, p in enumerate(CODE_PROMPTS)}
+    reference, _ = _drain(engine, prompts, Decision(version=1, policy="t", gamma_table=[(ALL_BATCHES, 0)]))
+
+    def broken(self: DrafterPool, seqs: list, starts: list) -> list:  # type: ignore[type-arg]
+        raise RuntimeError("a drafter bug")
+
+    monkeypatch.setattr(DrafterPool, "prompt_hits", broken)
+    got, seen = _drain(engine, prompts, _decision(version=2))
+    assert got == reference
+    assert sum(s.prompts_scored for s in seen["steps"]) == len(prompts)
+
+
+def test_step_costs_must_ascend() -> None:
+    from pydantic import ValidationError
+
+    costs = _costs()
+    with pytest.raises(ValidationError, match="ascending"):
+        Decision(version=1, policy="t", step_costs=[costs[1], costs[0]])
+    with pytest.raises(ValidationError, match="ascending"):
+        Decision(version=1, policy="t", step_costs=[costs[0], costs[0]])

@@ -1,5 +1,5 @@
 """The drafter pool: default drafter, catch-up only when a drafter resumes, scoring cadence,
-and counterfactual acceptance for greedy and sampled sequences."""
+and counterfactual acceptance for greedy, unseeded sampled and seeded (keyed) sequences."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from shared.schemas import SamplingParams
 from tests.worker.engine.spec.test_model_drafter import make_drafter, seq
 from tests.worker.engine.test_engine import PROMPTS
 from tests.worker.engine.tiny import hf_greedy, hf_model
+from worker.engine.keyed import keyed_draw
 from worker.engine.sampler import filtered_probs
+from worker.engine.sequence import Sequence
 from worker.engine.spec.ngram import NgramDrafter, ngram_predictions
 from worker.engine.spec.pool import DrafterPool
 from worker.engine.spec.verify import greedy_acceptance
@@ -79,10 +81,10 @@ def test_greedy_counterfactual_is_argmax_agreement(pool: DrafterPool, spec_model
     assert ngram == pytest.approx(expected / 8)
 
 
-def test_sampled_counterfactual_is_one_minus_total_variation(
+def test_unseeded_sampled_counterfactual_is_one_minus_total_variation(
     pool: DrafterPool, spec_models: dict[str, Path]
 ) -> None:
-    params = SamplingParams(temperature=0.7, top_p=0.9, seed=1)
+    params = SamplingParams(temperature=0.7, top_p=0.9)
     s = seq("a", PROMPTS[5] + [11, 12, 13], params)
     start = len(PROMPTS[5])
     with torch.inference_mode():
@@ -93,3 +95,32 @@ def test_sampled_counterfactual_is_one_minus_total_variation(
     assert rates["ngram"] == pytest.approx(
         sum(float(p[j, x]) for j, x in enumerate(ngram_predictions(s.token_ids, start)) if x >= 0) / 3
     )
+
+
+def test_seeded_counterfactual_is_the_coupled_draws_agreement(
+    pool: DrafterPool, spec_models: dict[str, Path]
+) -> None:
+    """A seeded sequence's kept tokens are the target's keyed draws; a drafter is scored by
+    whether its own keyed draw at each position (same noise) is that token: what keyed
+    verification would have accepted there."""
+    params = SamplingParams(temperature=1.0, seed=5)
+    prompt, n = PROMPTS[5], 6
+    target, layer0 = hf_model(spec_models["target"]), hf_model(spec_models["layer0"])
+    tokens = list(prompt)
+    for _ in range(n):  # the target alone, drawing keyed at output positions 0, 1, ...
+        with torch.inference_mode():
+            row = target(torch.tensor([tokens])).logits[0, -1:]
+        tokens += keyed_draw(filtered_probs(row, [params]), [5], [len(tokens) - len(prompt)])
+    s = Sequence("a", list(prompt), params, token_ids=tokens)
+    start = len(prompt) + 1  # the first output token was verified at an earlier step
+    with torch.inference_mode():
+        rows = target(torch.tensor([tokens])).logits[0, start - 1 : -1]
+        mine = layer0(torch.tensor([tokens])).logits[0, start - 1 : -1]
+    p = filtered_probs(rows, [params] * (n - 1))
+    rates = pool.counterfactual(pool.resolve("ngram"), [s], [start], [p])
+    assert rates["copy"] == 1.0  # the target's own distribution: its coupled draw is the kept token
+    drawn = keyed_draw(filtered_probs(mine, [params] * (n - 1)), [5] * (n - 1), list(range(1, n)))
+    assert rates["layer0"] == pytest.approx(greedy_acceptance(drawn, tokens[start:]))
+    preds = ngram_predictions(tokens, start)
+    ngram = pool.counterfactual(pool.resolve("copy"), [s], [start], [p])["ngram"]
+    assert ngram == pytest.approx(greedy_acceptance(preds, tokens[start:]))  # realised, not p(x)

@@ -2,9 +2,12 @@
 
 A target and a drafter with a 10-token vocabulary; 3000 seeded requests of one prompt with
 temperature, top-k and top-p. The first output token comes from the prompt's logits; the
-next two come from a speculative step (γ = 3, drafts drawn from the drafter's warped
-distribution, rejection sampling). Their joint frequencies are compared with the exact
-target distribution Σ_x1 p(x1) p(x2|x1) p(x3|x1,x2), warped the same way.
+next two come from a speculative step (γ = 3). Their joint frequencies are compared with the
+exact target distribution Σ_x1 p(x1) p(x2|x1) p(x3|x1,x2), warped the same way. Seeded
+requests draw keyed on (seed, position), their drafts coupled to the target's noise and kept
+when they equal its draws (keyed.py); the "rejection" case runs the same requests through
+rejection sampling, drafts drawn with each request's generator (what an unseeded request does:
+its generator is seeded here so that the test is reproducible).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from shared.control import ALL_BATCHES, Decision
 from shared.schemas import SamplingParams
 from tests.worker.engine.drive import drive
 from tests.worker.engine.tiny import COMMON, hf_model, save_tiny
+from worker.engine import sampler, sequence
 from worker.engine.api import EngineRequest
 from worker.engine.loader import load_engine
 from worker.engine.sampler import filtered_probs
@@ -56,10 +60,15 @@ def expected_pairs(target: Path) -> torch.Tensor:
     return (p1.view(V, 1, 1) * p2.view(V, V, 1) * p3).sum(0)
 
 
-@pytest.mark.parametrize("drafter", ["draft", "ngram"])
+@pytest.mark.parametrize(
+    ("drafter", "scheme"), [("draft", "keyed"), ("ngram", "keyed"), ("draft", "rejection")]
+)
 def test_speculative_sampling_keeps_the_target_distribution(
-    small_vocab: dict[str, Path], drafter: str
+    small_vocab: dict[str, Path], drafter: str, scheme: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    if scheme == "rejection":  # seeded generators, no keyed draws
+        monkeypatch.setattr(sequence, "is_keyed", lambda p: False)
+        monkeypatch.setattr(sampler, "is_keyed", lambda p: False)
     engine = load_engine(
         small_vocab["target"],
         drafters=[small_vocab["draft"]],

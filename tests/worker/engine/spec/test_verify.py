@@ -6,8 +6,9 @@ import torch
 from scipy.stats import chisquare
 
 from shared.schemas import SamplingParams
+from worker.engine.keyed import keyed_draw
 from worker.engine.records import Candidate, Drafted
-from worker.engine.sampler import new_generator, sample
+from worker.engine.sampler import filtered_probs, sample
 from worker.engine.scheduler import Scheduled
 from worker.engine.sequence import Sequence
 from worker.engine.spec.verify import greedy_acceptance, overlap, verify_batch, verify_greedy, verify_sampled
@@ -85,13 +86,20 @@ def test_identical_draft_is_always_accepted() -> None:
 
 def test_batch_verification_mixes_plain_rows_drafts_greedy_and_sampling() -> None:
     torch.manual_seed(0)
-    rows = [torch.randn(1, 6), torch.randn(3, 6), torch.randn(4, 6), torch.randn(1, 6)]
+    rows = [torch.randn(n, 6) for n in (1, 3, 4, 1, 4, 1)]
     ids = [r.argmax(-1).tolist() for r in rows]
-    greedy, sampled = SamplingParams(), SamplingParams(temperature=1.0, top_k=4, seed=0)
-    drafts = [[], [ids[1][0], (ids[1][1] + 1) % 6], [1, 2, 3], []]
-    params = [greedy, greedy, sampled, sampled]
-    seqs = [Sequence(str(i), [0], p) for i, p in enumerate(params)]
-    seqs[3].generator = new_generator(sampled)
+    greedy, unseeded = SamplingParams(), SamplingParams(temperature=1.0, top_k=4)
+    seeded = SamplingParams(temperature=1.0, top_k=4, seed=9)
+    # The seeded candidate (prompt of 1 token, so its rows are output positions 0..3): its
+    # first draft is the target's keyed draw there, its second is not.
+    draws = keyed_draw(filtered_probs(rows[4], [seeded] * 4), [9] * 4, [0, 1, 2, 3])
+    drafts = [[], [ids[1][0], (ids[1][1] + 1) % 6], [1, 2, 3], [], [draws[0], (draws[1] + 1) % 6, 0], []]
+    params = [greedy, greedy, unseeded, unseeded, seeded, seeded]
+    seqs = [
+        Sequence(str(i), [0], p, token_ids=[0, *d])
+        for i, (p, d) in enumerate(zip(params, drafts, strict=True))
+    ]
+    seqs[3].generator = torch.Generator().manual_seed(3)
     candidates = [
         Candidate(Scheduled(seq, 1), r, i, Drafted(1, d, None, len(d)) if d else None)
         for seq, r, i, d in zip(seqs, rows, ids, drafts, strict=True)
@@ -104,7 +112,10 @@ def test_batch_verification_mixes_plain_rows_drafts_greedy_and_sampling() -> Non
     # A point-mass proposal keeps each draft with probability p(draft) and never re-draws it.
     assert 1 <= len(out[2]) <= 4
     # A row without drafts is drawn exactly as the plain sampler draws it.
-    assert out[3] == sample(rows[3], [sampled], [new_generator(sampled)])
+    assert out[3] == sample(rows[3], [unseeded], [torch.Generator().manual_seed(3)], [0])
+    # Seeded: the draft equal to the target's keyed draw stands, then the target's own draw.
+    assert out[4] == draws[:2] and p_rows[4] is not None and p_rows[4].shape == (4, 6)
+    assert out[5] == sample(rows[5], [seeded], [None], [0])
 
 
 def test_overlap_is_one_minus_total_variation() -> None:
