@@ -85,16 +85,23 @@ def read_buffer(nbytes: int, huge: bool) -> tuple[mmap.mmap, torch.Tensor]:
     return area, buf
 
 
+def tensor(w: object) -> torch.Tensor:
+    """A weight of the fp32 path (this benchmark loads no GGUF blocks)."""
+    if not isinstance(w, torch.Tensor):
+        raise TypeError("floor_bench measures the fp32 path: its weights are tensors")
+    return w
+
+
 def unpack(runner: ModelRunner) -> None:
     """Each weight in an allocation of its own, as the loader leaves it without the arena."""
     m = runner.model
     for layer in m.layers:
         for name, t in vars(layer).items():
             if t is not None:
-                setattr(layer, name, t.clone())
+                setattr(layer, name, tensor(t).clone())
     tied = m.lm_head is m.embed
-    m.embed, m.norm = m.embed.clone(), m.norm.clone()
-    m.lm_head = m.embed if tied else m.lm_head.clone()
+    m.embed, m.norm = tensor(m.embed).clone(), m.norm.clone()
+    m.lm_head = m.embed if tied else tensor(m.lm_head).clone()
     m.weights_changed()
 
 
@@ -146,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     gc.freeze()  # as the worker does before serving
     wbytes = after.weight_bytes
     load0 = os.getloadavg()
-    huge = weight_arena.huge_page_bytes(after.model.layers[0].qkv) > 0
+    huge = weight_arena.huge_page_bytes(tensor(after.model.layers[0].qkv)) > 0
     print(f"{machine()}; {path.name}, fp32, 1 torch thread, {wbytes / 1e6:.1f} MB of weights; "
           f"weights on huge pages: {huge}")  # fmt: skip
 

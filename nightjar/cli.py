@@ -16,7 +16,7 @@ from typing import NoReturn
 from gateway.settings import GatewaySettings
 from nightjar import flags
 from nightjar.flags import add
-from nightjar.options import UsageError
+from nightjar.options import DTYPE_CHOICES, UsageError
 from nightjar.settings import (
     LogSettings,
     SubmitSettings,
@@ -83,6 +83,7 @@ def _add_worker(p: argparse.ArgumentParser, cls: type[WorkerSettings]) -> None:
     add(p, "--drain-timeout", cls, "drain_timeout_s", type=float)
     add_result_ttl(p, cls)
     add(p, "--threads", cls, "threads", type=int)
+    add(p, "--dtype", cls, "dtype", choices=DTYPE_CHOICES)
     add(
         p,
         "--engine-opt",

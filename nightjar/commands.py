@@ -10,7 +10,7 @@ import anyio
 
 from nightjar import flags
 from nightjar.default_model import default_model
-from nightjar.options import UsageError, api_keys, drafter_dirs, engine_options, model_dir, pairs
+from nightjar.options import UsageError, api_keys, drafter_dirs, engine_options, model_dir, pairs, with_dtype
 from nightjar.ready import announce_ready, server_url
 from nightjar.runner import Service, Stop, http_server, serve
 from nightjar.settings import SubmitSettings, UpSettings, gateway_settings, planner_settings, worker_settings
@@ -66,7 +66,8 @@ def worker_config(args: argparse.Namespace, standalone: bool, export: bool = Fal
     settings: WorkerSettings = flags.build(cls, **values)
     model = model_dir(settings.model_dir) if settings.model_dir else str(default_model(export))
     drafters = drafter_dirs(model, list(settings.drafters) if settings.drafters is not None else None)
-    return settings.model_copy(update={"model_dir": model, "drafters": tuple(drafters)})
+    engine = with_dtype(settings.engine, settings.dtype)
+    return settings.model_copy(update={"model_dir": model, "drafters": tuple(drafters), "engine": engine})
 
 
 def planner_config(args: argparse.Namespace, standalone: bool) -> PlannerSettings:

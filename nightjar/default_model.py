@@ -31,10 +31,15 @@ def _export(out: Path) -> None:
 def default_model(
     export: bool, out: Path = SMOLLM2_MODEL, exporter: Callable[[Path], None] = _export
 ) -> Path:
-    """SmolLM2 (exported first when ``export`` and missing), else nj-target with the reason."""
-    from training.smollm2 import is_complete
+    """SmolLM2 (exported first when ``export`` and missing), else nj-target with the reason.
+    An export from before the GGUF file was kept beside it is served as it is (fp32) when
+    nothing may be exported, and gets the file added when something may."""
+    from training.smollm2 import has_fp32_export, is_complete
 
     if is_complete(out):
+        return out
+    if not export and has_fp32_export(out):
+        log.info("%s holds no GGUF file: serving its fp32 export (`nightjar models smollm2` adds it)", out)
         return out
     if not export:
         log.warning(
@@ -47,6 +52,10 @@ def default_model(
     try:
         exporter(out)
     except Exception as exc:  # any failure (pip, disk, transformers): serve the bundled model
+        if has_fp32_export(out):
+            reason = f"{type(exc).__name__}: {exc}"
+            log.warning("serving SmolLM2's fp32 export: adding its GGUF failed (%s)", reason)
+            return out
         log.warning(
             "serving the bundled nj-target: the SmolLM2 export failed (%s: %s); "
             "`nightjar models smollm2` tries again",

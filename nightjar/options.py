@@ -46,9 +46,13 @@ def typed(value: str) -> Any:
 
 
 def model_dir(arg: str) -> str:
+    """The model to serve: a Hugging Face directory (config.json), a directory holding a
+    .gguf file, or a .gguf file."""
     path = Path(arg)
-    if not (path / "config.json").is_file():
-        raise UsageError(f"no model at {path} (a Hugging Face model directory has config.json)")
+    if path.is_file() and path.suffix == ".gguf":
+        return str(path)
+    if not (path / "config.json").is_file() and not any(path.glob("*.gguf")):
+        raise UsageError(f"no model at {path} (a Hugging Face model directory has config.json, or a .gguf)")
     return str(path)
 
 
@@ -72,6 +76,25 @@ def drafter_dirs(model_dir: str, given: list[str] | None) -> list[str]:
 def api_keys(given: list[str]) -> tuple[str, ...]:
     """``--api-key`` values, blanks dropped."""
     return tuple(k.strip() for k in given if k.strip())
+
+
+# --dtype values and the engine's dtype each stands for (None: auto, the weights as stored).
+DTYPES = {"auto": None, "fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
+          "fp16": "float16", "float16": "float16"}  # fmt: skip
+DTYPE_CHOICES = tuple(DTYPES)
+
+
+def with_dtype(engine: dict[str, Any], dtype: str) -> dict[str, Any]:
+    """The engine options with ``--dtype`` (not auto) as the engine's ``dtype``; a
+    ``--engine-opt dtype=`` that says otherwise is a usage error."""
+    if dtype not in DTYPES:
+        raise UsageError(f"--dtype takes one of {', '.join(DTYPES)}, got {dtype!r}")
+    chosen = DTYPES[dtype]
+    if chosen is None:
+        return engine
+    if engine.get("dtype", chosen) != chosen:
+        raise UsageError(f"--dtype {dtype} and --engine-opt dtype={engine['dtype']} disagree")
+    return {**engine, "dtype": chosen}
 
 
 def engine_options(items: list[str] | None) -> dict[str, Any]:

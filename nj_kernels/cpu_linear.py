@@ -31,6 +31,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from nj_kernels.quant_linear import QuantWeight, Weight
+
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("skinny_linear.c")
@@ -167,6 +169,14 @@ def applies(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) 
     )
 
 
-def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, w, bias)``; few fp32 CPU rows through the skinny kernel."""
+def linear(x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(x, w, bias)``; few fp32 CPU rows through the skinny kernel; a GGUF weight
+    (``nj_kernels.quant_linear``) computes its own product from its blocks."""
+    if not isinstance(w, torch.Tensor):
+        return w.linear(x, bias)
     return skinny_linear(x, w, bias) if applies(x, w, bias) else F.linear(x, w, bias)
+
+
+def embedding(ids: torch.Tensor, w: torch.Tensor | QuantWeight) -> torch.Tensor:
+    """``F.embedding(ids, w)``; a GGUF weight dequantises just the rows asked for."""
+    return F.embedding(ids, w) if isinstance(w, torch.Tensor) else w.embedding(ids)

@@ -1,6 +1,8 @@
-/* The vector type and helpers shared by the CPU kernels (skinny_linear.c, cpu_decode.c):
- * AVX-512 where the compiler targets it, else AVX2 + FMA. Every kernel that includes this is
- * compiled with -march=native by nj_kernels/cpu_linear.py.
+/* The vector type and helpers shared by the CPU kernels (skinny_linear.c, cpu_decode.c,
+ * quant_linear.c, cpu_attention.c): AVX-512 where the compiler targets it, else AVX2 + FMA.
+ * Every kernel that includes this is compiled with -march=native (nj_kernels/cpu_linear.py,
+ * nj_kernels/cbuild.py). The integer helpers (I*, u8x, i8x) and the half / bfloat16 loads are
+ * the GGUF block kernel's (gguf_blocks.h).
  *
  * Batch invariance rests on these helpers being deterministic: vsum4 reduces four vectors with
  * one fixed tree (the same for each of the four), so a sum does not depend on which other
@@ -41,6 +43,21 @@ static inline vec vload_tail(const float* p, int n) {
 }
 static inline void vstore_tail(float* p, vec a, int n) {
     _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), a);
+}
+static inline float hmax(vec a) { return _mm512_reduce_max_ps(a); }
+#define VCVT(i) _mm512_cvtepi32_ps(i) /* int32 lanes as floats */
+#define ISET1(s) _mm512_set1_epi32(s)
+#define IAND(a, b) _mm512_and_si512(a, b)
+#define IOR(a, b) _mm512_or_si512(a, b)
+#define ISUB(a, b) _mm512_sub_epi32(a, b)
+#define ISRL(a, n) _mm512_srli_epi32(a, n)
+#define ISLL(a, n) _mm512_slli_epi32(a, n)
+/* VW bytes at p, zero- or sign-extended to int32 lanes; VW halves or bfloat16s as floats */
+static inline veci u8x(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)p)); }
+static inline veci i8x(const uint8_t* p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)p)); }
+static inline vec f16x(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p)); }
+static inline vec bf16x(const uint8_t* p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
 }
 /* The horizontal sums of four vectors at once, as one 4-float vector. */
 static inline __m128 vsum4(vec a, vec b, vec c, vec d) {
@@ -85,6 +102,24 @@ static inline void vstore_tail(float* p, vec a, int n) {
     float buf[VW];
     _mm256_storeu_ps(buf, a);
     for (int i = 0; i < n; i++) p[i] = buf[i];
+}
+static inline float hmax(vec a) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+#define VCVT(i) _mm256_cvtepi32_ps(i)
+#define ISET1(s) _mm256_set1_epi32(s)
+#define IAND(a, b) _mm256_and_si256(a, b)
+#define IOR(a, b) _mm256_or_si256(a, b)
+#define ISUB(a, b) _mm256_sub_epi32(a, b)
+#define ISRL(a, n) _mm256_srli_epi32(a, n)
+#define ISLL(a, n) _mm256_slli_epi32(a, n)
+static inline veci u8x(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)p)); }
+static inline veci i8x(const uint8_t* p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p)); }
+static inline vec f16x(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
+static inline vec bf16x(const uint8_t* p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
 }
 #endif
 

@@ -60,6 +60,7 @@ class CostProfile(BaseModel):
     long_target_s: list[list[float]] = Field(default_factory=list)  # target_s at long_context (or empty)
     num_blocks: int | None = Field(default=None, ge=0)  # the KV pool it was measured with
     device: str = "cpu"
+    weights: str = ""  # the target's weights as measured ("Q4_1+Q8_0": GGUF blocks, "float32"; "": unknown)
     worker_id: str | None = None
     source: str = "startup"  # "startup" (measured by the worker) or where a table came from
     measured_at: float = Field(default_factory=time.time)

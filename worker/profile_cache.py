@@ -4,9 +4,11 @@ Measuring the profile takes up to its budget (60 s on SmolLM2-135M) on every sta
 measures depends only on what is timed and where, so a profile is kept per
 
 - model: the target's and each drafter's directory name, ``config.json`` digest and weight
-  files (name, size, modification time: a re-export or retraining changes them);
+  files (name, size, modification time: a re-export or retraining changes them; a ``.gguf``
+  given as the model is its own weight file);
 - drafters and engine: the drafter names the engine offers, the n-gram drafter, the engine
-  options (``EngineConfig``) and the KV pool it got;
+  options (``EngineConfig``), the KV pool it got and the precision it serves (``weights``:
+  a directory's GGUF blocks or ``--dtype fp32``);
 - machine: architecture, CPU model, cores, torch threads and version, device;
 - code: a digest of the source that measures and of what it measures — ``worker/profiling.py``,
   ``worker/cost_profile.py``, ``shared/profile.py``, this file, the engine
@@ -65,11 +67,11 @@ def model_identity(path: str | Path) -> dict[str, Any]:
     config = p / "config.json"
     digest = hashlib.sha256(config.read_bytes()).hexdigest()[:16] if config.is_file() else ""
     weights = []
-    if p.is_dir():
-        for f in sorted(p.iterdir()):
-            if f.suffix in WEIGHT_SUFFIXES and f.is_file():
-                st = f.stat()
-                weights.append([f.name, st.st_size, st.st_mtime_ns])
+    files = sorted(p.iterdir()) if p.is_dir() else [p] if p.is_file() else []  # a .gguf given as the model
+    for f in files:
+        if f.suffix in WEIGHT_SUFFIXES and f.is_file():
+            st = f.stat()
+            weights.append([f.name, st.st_size, st.st_mtime_ns])
     return {"name": p.name, "config": digest, "weights": weights}
 
 
@@ -78,7 +80,9 @@ def code_digest(root: Path = ROOT) -> str:
     files = [root / f for f in CODE_FILES]
     for d in CODE_DIRS:
         files += sorted(
-            f for f in (root / d).rglob("*") if f.suffix in (".py", ".c") and "__pycache__" not in f.parts
+            f
+            for f in (root / d).rglob("*")
+            if f.suffix in (".py", ".c", ".h") and "__pycache__" not in f.parts
         )
     for f in files:
         if f.is_file():
@@ -119,6 +123,7 @@ def engine_identity(engine: Any) -> dict[str, Any]:
     if config is not None:
         out = {f.name: repr(getattr(config, f.name)) for f in fields(config)}
     out["num_blocks"] = getattr(getattr(engine, "blocks", None), "num_blocks", None)
+    out["weights"] = getattr(engine, "weights", "")  # the precision served (Q4_1 blocks cost otherwise)
     return out
 
 

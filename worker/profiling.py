@@ -329,6 +329,7 @@ def profile_engine(
     profile = assemble(done, model, names, seconds, run.total_blocks, worker_id, source, long)
     if profile is not None:
         profile.device = _device(engine)
+        profile.weights = engine.weights  # what it measured is what is served: the precision
     return profile
 
 

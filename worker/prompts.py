@@ -51,7 +51,18 @@ class PromptEncoder:
 
     @classmethod
     def from_dir(cls, model_dir: str | Path) -> PromptEncoder:
-        return cls(AutoTokenizer.from_pretrained(str(model_dir)))
+        """The tokenizer of a model directory (or of a GGUF file's): its tokenizer files, else
+        the one stored in its GGUF file. (transformers given both mixes them up and loses the
+        chat template, so never both.)"""
+        path = Path(model_dir)
+        gguf = path.name if path.suffix == ".gguf" and path.is_file() else None
+        if gguf is not None:
+            path = path.parent
+        if not any((path / name).exists() for name in ("tokenizer.json", "tokenizer_config.json")):
+            gguf = gguf or next((p.name for p in sorted(path.glob("*.gguf"))), None)
+            if gguf is not None:
+                return cls(AutoTokenizer.from_pretrained(str(path), gguf_file=gguf))
+        return cls(AutoTokenizer.from_pretrained(str(path)))
 
     def encode(self, job: JobRequest) -> list[int]:
         if job.prompt_token_ids is not None:

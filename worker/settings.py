@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -67,6 +67,11 @@ class WorkerSettings(EnvSettings):
     )
     ngram: bool = Field(default=True, description="also offer the prompt-lookup drafter 'ngram'")
     threads: int | None = Field(default=None, ge=1, description="torch threads; unset: torch's own choice")
+    dtype: Literal["auto", "fp32", "float32", "bf16", "bfloat16", "fp16", "float16"] = Field(
+        default="auto",
+        description="weights and compute: auto serves a directory's .gguf from its blocks on CPU (else "
+        "float32 on CPU, bfloat16 on CUDA); fp32 reads the safetensors beside a GGUF or dequantises it",
+    )
     block_ms: int = Field(default=2000, ge=1, description="milliseconds of one blocking XREADGROUP / XREAD")
     claim_idle_s: float = Field(
         default=30.0,

@@ -9,9 +9,11 @@ import pytest
 from training import smollm2
 from training.smollm2 import REQUIRED_FILES, SmolError, export_smollm2, find_gguf, is_complete
 
+GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
 
 def test_a_complete_export_is_left_alone(tmp_path: Path) -> None:
-    for name in (*REQUIRED_FILES, smollm2.META_FILE):
+    for name in (*REQUIRED_FILES, smollm2.META_FILE, GGUF):
         (tmp_path / name).write_text("x")
     logs: list[str] = []
     assert export_smollm2(tmp_path, log=logs.append) == tmp_path
@@ -23,6 +25,26 @@ def test_a_partial_export_is_not_complete(tmp_path: Path) -> None:
     for name in REQUIRED_FILES:
         (tmp_path / name).write_text("x")
     assert not is_complete(tmp_path)  # no metadata: the run that wrote these did not finish
+    (tmp_path / smollm2.META_FILE).write_text("x")
+    assert not is_complete(tmp_path)  # no GGUF: the file served by default is missing
+
+
+def test_an_export_without_the_gguf_gets_the_file_and_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An export made before the GGUF was kept beside it: the file is added as it is."""
+    package, out = tmp_path / "pkg", tmp_path / "out"
+    package.mkdir()
+    out.mkdir()
+    (package / GGUF).write_bytes(b"GGUF blocks")
+    monkeypatch.setattr(smollm2, "_package_dir", lambda log: package)
+    for name in (*REQUIRED_FILES, smollm2.META_FILE):
+        (out / name).write_text("x")
+    logs: list[str] = []
+    assert export_smollm2(out, log=logs.append) == out
+    assert (out / GGUF).read_bytes() == b"GGUF blocks" and is_complete(out)
+    assert (out / "config.json").read_text() == "x"
+    assert sorted(p.name for p in out.iterdir()) == sorted([*REQUIRED_FILES, smollm2.META_FILE, GGUF])
 
 
 def test_failed_pip_install_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:

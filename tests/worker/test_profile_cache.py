@@ -50,6 +50,15 @@ def test_the_key_changes_with_the_model_the_shape_and_the_code(
     weights = next(copy.glob("*.safetensors"))
     os.utime(weights, ns=(1, 1))  # re-exported: another modification time
     assert profile_key(engine, copy, [], FAST) != key
+    served = engine.weights
+    engine.weights = "Q4_1"  # the same files served at another precision
+    assert profile_key(engine, model_dir, [], FAST) != key
+    engine.weights = served
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    first = profile_key(engine, gguf, [], FAST)
+    os.utime(gguf, ns=(1, 1))
+    assert profile_key(engine, gguf, [], FAST) != first  # a .gguf file as the model: its own weights
     # The measuring code: a copy of it digests the same until one file changes.
     root = tmp_path / "src"
     for rel in CODE_FILES:

@@ -63,6 +63,7 @@ def test_profile_is_complete_and_sane(
     assert profile.batches == [1, 2, 4] and profile.rows == [1, 2, 3, 4, 5]
     assert set(profile.drafter_s) == set(profile.catch_up_s) == {"tiny-draft", "ngram"}
     assert (profile.model, profile.worker_id, profile.source) == ("tiny", "w1", "startup")
+    assert profile.weights == spec_engine.weights == "float32"  # what was measured is what is served
     assert profile.num_blocks == 256 and 0 < profile.measure_s < FAST.budget_s
     assert all(v > 0 for row in profile.target_s for v in row)
     assert all(v > 0 for vs in profile.drafter_s.values() for v in vs)
@@ -183,3 +184,18 @@ def test_the_envelope_keeps_the_least_time_of_any_larger_point() -> None:
     table = [[4.2, 6.3, 6.8, 7.9, 8.6], [5.0, 7.9, 9.2, 6.7, 11.5]]
     assert envelope(table) == [[4.2, 6.3, 6.7, 6.7, 8.6], [5.0, 6.7, 6.7, 6.7, 11.5]]
     assert envelope([[1.0], [0.5], [2.0]]) == [[0.5], [0.5], [2.0]]
+
+
+def test_a_gguf_served_engine_profiles_its_own_precision(model_dir: Path, tmp_path: Path) -> None:
+    """The profile times the engine as served: a directory holding a Q4_1 GGUF file is
+    measured on its blocks, and says so (the planner's prior follows the precision)."""
+    from gguf import GGMLQuantizationType
+
+    from tests.worker.engine.gguf_file import write_gguf
+    from tests.worker.engine.tiny import hf_model
+
+    write_gguf(hf_model(model_dir), tmp_path / "tiny.gguf", GGMLQuantizationType.Q4_1)
+    engine = create_engine(tmp_path, drafters=[], num_blocks=64)
+    profile = profile_engine(engine, "tiny-q4", ProfileSettings(max_batch=2, reps=1, long_prompt_len=0))
+    assert profile is not None and profile.weights == engine.weights == "Q4_1"
+    assert profile.batches == [1, 2] and all(v > 0 for row in profile.target_s for v in row)

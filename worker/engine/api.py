@@ -76,6 +76,7 @@ class Engine(ABC):
     """A continuously batching generator of tokens."""
 
     eos_token_ids: frozenset[int] = frozenset()
+    weights: str = ""  # the target's weights as served: "Q4_1" (GGUF blocks), "float32", ... ("": not known)
 
     @abstractmethod
     def add_request(self, request: EngineRequest) -> None:

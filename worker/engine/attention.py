@@ -5,7 +5,9 @@ with decode rows, a verify of γ+1 rows with others of γ+1, each prefill chunk 
 decode row is never padded to a long prefill chunk. Everything that depends only on the batch
 (block lists, masks) is built once per step in ``AttentionGroup`` and reused by every layer.
 
-On CUDA the group calls ``nj_kernels.paged_attention.paged_attention`` (Triton). The CPU path
+On CUDA the group calls ``nj_kernels.paged_attention.paged_attention`` (Triton). A group planned
+``invariant`` (a model served from GGUF blocks) runs ``nj_kernels.cpu_attention``: each row by
+itself, so its output does not depend on the rows around it. Otherwise the CPU path
 gathers whole pages with one ``index_select`` over the layer's joint key/value tensor (pages
 are contiguous, so this copies large runs instead of single rows) and runs SDPA with the
 query heads of each KV head stacked as rows, which avoids expanding keys and values. A
@@ -21,6 +23,7 @@ from functools import cached_property
 import torch
 import torch.nn.functional as F
 
+from nj_kernels.cpu_attention import paged_attention_rows
 from nj_kernels.paged_attention import paged_attention
 
 
@@ -39,6 +42,7 @@ class AttentionGroup:
     block_size: int
     group_size: int  # query heads per KV head
     dtype: torch.dtype
+    invariant: bool = False  # CPU: the row-invariant kernel (nj_kernels.cpu_attention)
 
     @property
     def num_rows(self) -> int:
@@ -76,9 +80,11 @@ def plan_group(
     group_size: int,
     device: torch.device,
     dtype: torch.dtype,
+    invariant: bool = False,
 ) -> AttentionGroup:
     """Plan attention for sequences that each send ``num_queries`` rows ending at their
-    context length. ``group_size`` is query heads per KV head."""
+    context length. ``group_size`` is query heads per KV head; ``invariant`` (CPU): every row
+    attended by itself (``nj_kernels.cpu_attention``)."""
     b = len(tables)
     pages = (max(context_lens) + block_size - 1) // block_size
     padded = [t[:pages] + [0] * (pages - len(t[:pages])) for t in tables]
@@ -92,6 +98,7 @@ def plan_group(
         block_size=block_size,
         group_size=group_size,
         dtype=dtype,
+        invariant=invariant and device.type == "cpu",
     )
 
 
@@ -115,6 +122,8 @@ def group_attention(
             scale,
         )
         return out.reshape(b * nq, h, d)
+    if group.invariant:
+        return paged_attention_rows(q, kv_layer, group.block_tables, group.context_lens, nq, scale)
     kvh = kv_layer.shape[3]
     g = h // kvh
     pages = kv_layer.index_select(1, group.block_ids).view(2, b, -1, kvh, d)

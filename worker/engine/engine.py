@@ -64,6 +64,7 @@ class LLMEngine(Engine):
         self.runner, self.config = runner, config
         self.eos_token_ids = frozenset(eos_token_ids)
         self.tokenizer: Any = None  # set by load_engine when the checkpoint has one
+        self.weights = ""  # what the target's weights are served as (load_engine: "Q4_1", "float32", ...)
         self.blocks = BlockManager(runner.cache.num_blocks, config.block_size, config.enable_prefix_caching)
         self.logits_cache = LogitsCache(config.logits_cache_size)
         self.scheduler = Scheduler(

@@ -9,6 +9,8 @@ from typing import Any
 
 from worker.engine.config import DEFAULT_KV_BYTES, EngineConfig
 from worker.engine.engine import LLMEngine
+from worker.engine.gguf_file import GGUFFile
+from worker.engine.gguf_weights import describe
 from worker.engine.kv_cache import bytes_per_block
 from worker.engine.model_config import ModelConfig
 from worker.engine.model_runner import ModelRunner
@@ -17,7 +19,7 @@ from worker.engine.spec.feature_drafter import FeatureDrafter
 from worker.engine.spec.feature_model import FeatureRunner, is_feature_drafter, load_feature_runner
 from worker.engine.spec.model_drafter import ModelDrafter
 from worker.engine.spec.ngram import NgramDrafter
-from worker.engine.weights import find_gguf, load_checkpoint
+from worker.engine.weights import find_gguf, load_checkpoint, weights_for
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
@@ -31,6 +33,9 @@ def load_engine(
 ) -> LLMEngine:
     """Build the engine for a Llama-family checkpoint (safetensors, sharded, or GGUF).
 
+    A directory holding a GGUF file is served from the file's blocks on CPU (``weights_for``):
+    unless ``dtype`` is given, then the safetensors beside it or the GGUF dequantised. The
+    engine's ``weights`` says which (``Q4_1``, ``Q4_1+Q8_0``, ``float32``, ...).
     ``drafters``: checkpoint directories of model drafters (named after the directory), which
     must share the target's vocabulary; ``ngram`` adds the prompt-lookup drafter "ngram".
     ``config`` takes the fields of ``EngineConfig``. Every model (target and drafters) gets a
@@ -39,12 +44,15 @@ def load_engine(
     """
     cfg = EngineConfig.from_kwargs(**config)
     path = Path(model_dir)
-    gguf_file = gguf_file or find_gguf(path)
-    model_config, state = load_checkpoint(path, gguf_file)
+    if path.suffix == ".gguf" and path.is_file():  # a GGUF file given as the model
+        path, gguf_file = path.parent, path.name
     device, dtype = cfg.torch_device(), cfg.torch_dtype()
+    choice = weights_for(path, gguf_file, cfg.dtype, device.type)
+    model_config, state = load_checkpoint(path, choice.gguf_file, native=choice.native)
     runner = ModelRunner(model_config, state, cfg.block_size, device, dtype, num_blocks=2)
+    weights = (choice.native and describe(state)) or str(dtype).removeprefix("torch.")
     del state
-    tokenizer = load_tokenizer(path, gguf_file)
+    tokenizer = load_tokenizer(path, choice.gguf_file)
     models: list[tuple[str, ModelRunner]] = []
     for d in drafters:
         dpath = Path(d).resolve()
@@ -71,6 +79,7 @@ def load_engine(
         pool.append(NgramDrafter())
     engine = LLMEngine(runner, cfg, eos_token_ids(path, model_config, tokenizer), pool)
     engine.tokenizer = tokenizer
+    engine.weights = weights
     return engine
 
 
@@ -99,14 +108,14 @@ def check_vocab(target: ModelConfig, target_tok: Any, draft: ModelConfig, draft_
 
 
 def load_tokenizer(path: Path, gguf_file: str | None = None) -> Any:
-    """The checkpoint's tokenizer, or None when it ships without one."""
+    """The checkpoint's tokenizer (its files, else the GGUF's), or None when it has none."""
     from transformers import AutoTokenizer
 
-    if gguf_file is not None:
+    if any((path / name).exists() for name in _TOKENIZER_FILES):
+        return AutoTokenizer.from_pretrained(str(path))  # beside a GGUF: the same tokenizer, saved
+    if gguf_file is not None and "tokenizer.ggml.model" in GGUFFile(path / gguf_file).metadata:
         return AutoTokenizer.from_pretrained(str(path), gguf_file=gguf_file)
-    if not any((path / name).exists() for name in _TOKENIZER_FILES):
-        return None
-    return AutoTokenizer.from_pretrained(str(path))
+    return None
 
 
 def eos_token_ids(path: Path, config: ModelConfig, tokenizer: Any) -> frozenset[int]:

@@ -7,18 +7,25 @@ matrix each); attention runs per ``AttentionGroup``. The arithmetic mirrors tran
 Two paths run the layers: op by op in torch (any device, dtype and row count), and, for few
 fp32 CPU rows (decode rows, verifications), all layers in one C call
 (``nj_kernels/cpu_decode.py``), which computes the same thing without torch's per-op cost.
+
+A weight matrix is a tensor, or (a GGUF checkpoint served as it is stored, ``gguf_weights``)
+a ``QuantWeight`` that computes its own product and embedding rows: ``linear`` and
+``embedding`` of ``nj_kernels.cpu_linear`` take either, so the op-by-op path does not tell them
+apart (the fused C path reads fp32 tensors only, so a GGUF model runs op by op).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from nj_kernels import cpu_decode, weight_arena
-from nj_kernels.cpu_linear import linear, max_rows
+from nj_kernels.cpu_linear import embedding, linear, max_rows
 from nj_kernels.kv_ops import write_kv
+from nj_kernels.quant_linear import QuantWeight, Weight, stack
 from worker.engine.attention import AttentionGroup, group_attention
 from worker.engine.model_config import ModelConfig
 from worker.engine.rope import Rotary
@@ -29,15 +36,15 @@ MIN_GEMM_ROWS = 4
 @dataclass
 class LayerWeights:
     input_norm: torch.Tensor
-    qkv: torch.Tensor
+    qkv: Weight
     qkv_bias: torch.Tensor | None
     qk_norm: torch.Tensor | None  # [H + KVH, D]: q_norm for query heads, k_norm for KV heads
-    o: torch.Tensor
+    o: Weight
     o_bias: torch.Tensor | None
     post_norm: torch.Tensor
-    gate_up: torch.Tensor
+    gate_up: Weight
     gate_up_bias: torch.Tensor | None
-    down: torch.Tensor
+    down: Weight
     down_bias: torch.Tensor | None
 
 
@@ -58,31 +65,52 @@ class DecoderModel:
     """Weights plus the forward pass; holds no cache and no per-request state."""
 
     def __init__(
-        self, config: ModelConfig, state: dict[str, torch.Tensor], device: torch.device, dtype: torch.dtype
+        self, config: ModelConfig, state: Mapping[str, Weight], device: torch.device, dtype: torch.dtype
     ) -> None:
         self.config = config
         self.device, self.dtype = device, dtype
         self.scale = config.head_dim**-0.5
         self.rotary = Rotary(config.rope, device, dtype)
 
+        def mat(name: str) -> Weight:  # a GGUF matrix stays as it is stored
+            w = state[name]
+            return w.to(device=device, dtype=dtype) if isinstance(w, torch.Tensor) else w
+
         def get(name: str) -> torch.Tensor:
-            return state[name].to(device=device, dtype=dtype)
+            w = mat(name)
+            if not isinstance(w, torch.Tensor):
+                raise ValueError(f"{name} must be a tensor")
+            return w
 
         def maybe(name: str) -> torch.Tensor | None:
             return get(name) if name in state else None
 
-        def cat(names: list[str]) -> torch.Tensor | None:
-            parts = [maybe(n) for n in names]
+        def cat(names: list[str]) -> Weight | None:
+            parts = [mat(n) if n in state else None for n in names]
             if all(p is None for p in parts):
                 return None
             if any(p is None for p in parts):
                 raise ValueError(f"some but not all of {names} are in the checkpoint")
-            return torch.cat([p for p in parts if p is not None], dim=0).contiguous()
+            quant = [p for p in parts if isinstance(p, QuantWeight)]
+            if quant:
+                if len(quant) != len(parts):
+                    raise ValueError(f"{names} mix GGUF blocks and tensors")
+                return stack(quant)
+            return torch.cat([p for p in parts if isinstance(p, torch.Tensor)], dim=0).contiguous()
 
-        self.embed = get("model.embed_tokens.weight")
+        def cat_bias(names: list[str]) -> torch.Tensor | None:
+            b = cat(names)
+            if b is not None and not isinstance(b, torch.Tensor):
+                raise ValueError(f"{names} must be tensors")
+            return b
+
+        embed = mat("model.embed_tokens.weight")
+        if not isinstance(embed, torch.Tensor | QuantWeight):
+            raise ValueError("the embedding must be one matrix")
+        self.embed: torch.Tensor | QuantWeight = embed
         self.norm = get("model.norm.weight")
         tied = config.tie_word_embeddings or "lm_head.weight" not in state
-        self.lm_head = self.embed if tied else get("lm_head.weight")
+        self.lm_head: Weight = self.embed if tied else mat("lm_head.weight")
         h, kvh = config.num_heads, config.num_kv_heads
         self.layers: list[LayerWeights] = []
         for i in range(config.num_layers):
@@ -99,14 +127,14 @@ class DecoderModel:
                 LayerWeights(
                     input_norm=get(p + "input_layernorm.weight"),
                     qkv=qkv,
-                    qkv_bias=cat([attn + f"{x}_proj.bias" for x in "qkv"]),
+                    qkv_bias=cat_bias([attn + f"{x}_proj.bias" for x in "qkv"]),
                     qk_norm=qk_norm,
-                    o=get(attn + "o_proj.weight"),
+                    o=mat(attn + "o_proj.weight"),
                     o_bias=maybe(attn + "o_proj.bias"),
                     post_norm=get(p + "post_attention_layernorm.weight"),
                     gate_up=gate_up,
-                    gate_up_bias=cat([mlp + "gate_proj.bias", mlp + "up_proj.bias"]),
-                    down=get(mlp + "down_proj.weight"),
+                    gate_up_bias=cat_bias([mlp + "gate_proj.bias", mlp + "up_proj.bias"]),
+                    down=mat(mlp + "down_proj.weight"),
                     down_bias=maybe(mlp + "down_proj.bias"),
                 )
             )
@@ -165,10 +193,12 @@ class DecoderModel:
         return self._fused
 
     def weight_bytes(self) -> int:
-        tensors = [self.embed, self.norm] + ([] if self.lm_head is self.embed else [self.lm_head])
+        tensors: list[Weight] = [self.embed, self.norm]
+        if self.lm_head is not self.embed:
+            tensors.append(self.lm_head)
         for layer in self.layers:
             tensors += [t for t in vars(layer).values() if t is not None]
-        return sum(t.numel() * t.element_size() for t in tensors)
+        return sum(t.nbytes for t in tensors)  # a QuantWeight's nbytes: its blocks
 
     @torch.inference_mode()
     def forward(
@@ -180,7 +210,7 @@ class DecoderModel:
         groups: list[AttentionGroup],
         logits_rows: torch.Tensor | None,  # rows whose logits are wanted; None: all
     ) -> torch.Tensor:
-        hidden = self.run_layers(F.embedding(input_ids, self.embed), positions, slots, kv, groups)
+        hidden = self.run_layers(embedding(input_ids, self.embed), positions, slots, kv, groups)
         return self.logits(hidden, logits_rows)
 
     def run_layers(
@@ -233,7 +263,8 @@ class DecoderModel:
         if logits_rows is not None:
             hidden = hidden.index_select(0, logits_rows)
         n = hidden.shape[0]
-        if 1 < n < MIN_GEMM_ROWS and not hidden.is_cuda and n > max_rows():
+        tensor_head = isinstance(self.lm_head, torch.Tensor)
+        if 1 < n < MIN_GEMM_ROWS and not hidden.is_cuda and n > max_rows() and tensor_head:
             # Without the skinny kernel a 2- or 3-row product with the (wide) output layer
             # takes the slow path of the matrix library, slower than 4 rows: pad, then drop.
             hidden = torch.cat([hidden, hidden[-1:].expand(MIN_GEMM_ROWS - n, -1)])

