@@ -88,10 +88,11 @@ def test_every_block_has_its_proof() -> None:
 def test_make_run_is_nightjar_up_and_make_test_runs_pytest() -> None:
     if shutil.which("make") is None:
         pytest.fail("make is not installed")
-    run = subprocess.run(["make", "-n", "--no-print-directory", "run"], capture_output=True, text=True, cwd=ROOT)
+    dry = ["make", "-n", "--no-print-directory"]  # under `make test` a nested make prints directory lines
+    run = subprocess.run([*dry, "run"], capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip().splitlines()[-1] == ".venv/bin/nightjar up"
-    test = subprocess.run(["make", "-n", "--no-print-directory", "test"], capture_output=True, text=True, cwd=ROOT)
+    test = subprocess.run([*dry, "test"], capture_output=True, text=True, cwd=ROOT)
     assert ".venv/bin/pytest" in test.stdout
 
 

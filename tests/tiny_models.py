@@ -79,6 +79,27 @@ def reference_greedy(
     return hf_greedy(_loaded(Path(model_dir)), prompt_ids, max_new_tokens, stop_at_eos=not ignore_eos)
 
 
+# Two logits closer than this are a float tie: fp32 sums in another order (a fused decode
+# kernel, a prefill of a resumed job, another batch) may pick either. On the random tiny models
+# such ties come every few hundred greedy tokens (top-2 margins of 1e-4 seen), so long outputs are
+# checked token by token against the target's own logits instead of one generate() run.
+TIE = 1e-3
+
+
+def is_greedy(model_dir: Path, prompt_ids: list[int], output: list[int]) -> bool:
+    """Whether every token of ``output`` is the target's argmax (within ``TIE``) given the prompt
+    and the output before it: one teacher-forced forward of transformers' model."""
+    import torch
+
+    if not output:
+        return True
+    model = _loaded(Path(model_dir))
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt_ids + output[:-1]])).logits[0, len(prompt_ids) - 1 :]  # type: ignore[operator]
+    chosen = logits.gather(1, torch.tensor(output).unsqueeze(1)).squeeze(1)
+    return bool((chosen >= logits.max(dim=1).values - TIE).all())
+
+
 @lru_cache(maxsize=4)
 def _loaded(model_dir: Path) -> object:
     """One load per model directory: the end-to-end tests ask for dozens of references."""
