@@ -37,7 +37,7 @@ def http_server(app: Any, host: str, port: int, log_level: str = "info") -> _Ser
 
 def use_uvloop() -> bool:
     """Whether services run on uvloop: installed, and not turned off. Measured on the 2-core
-    VM (BENCHMARKS.md, 2026-12-02): served tokens/s at 32 users 0.64 -> 0.69 of the engine
+    VM (docs/benchmarks/history, 2026-12-02): served tokens/s at 32 users 0.64 -> 0.69 of the engine
     alone on Redis, 0.48 -> 0.54 under ``nightjar up`` (two runs each, in turns; noisy)."""
     from shared.settings import RuntimeSettings
 

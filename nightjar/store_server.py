@@ -2,7 +2,7 @@
 
 ``nightjar up`` keeps its job store in its own memory (``memory://``, one fakeredis
 ``FakeServer``), which its gateway, planner and worker use through in-process connections:
-serving it over TCP to them was measured much slower (BENCHMARKS.md, "fakeredis over TCP").
+serving it over TCP to them was measured much slower (docs/benchmarks/history, "fakeredis over TCP").
 Outside readers — ``nightjar top``, a ``redis-cli`` — reach the same data through
 ``StoreServer``: fakeredis' ``TcpFakeServer`` on 127.0.0.1 (a free port unless told), sharing
 the process's ``FakeServer`` (every command runs under that server's lock, so threads and the

@@ -7,7 +7,7 @@ small ops (norms, rotary, the KV write, a gather of the pages and SDPA, SiLU, re
 ms its 538 MB of weights take to read here. ``cpu_decode.c`` runs the whole stack of layers in
 one call: the products through the skinny kernel (``skinny_linear.c``), attention reading the
 paged cache in place, everything else on rows that stay in cache. Batch 1 then runs at
-1.11-1.18x the read floor (benchmarks/floor_bench.py, BENCHMARKS.md).
+1.11-1.18x the read floor (benchmarks/floor_bench.py, docs/benchmarks/history).
 
 Every row's output depends only on that row (its input, its position, the keys and values its
 attention reads), never on the other rows or their number: a verification row computes

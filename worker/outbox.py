@@ -145,7 +145,7 @@ class Outbox:
         A step with stats alone, while earlier stats wait out ``telemetry_s`` and the writer
         has taken everything put before, joins them here without waking the writer (whose
         timer sends them all): at concurrency 1 on nj-target that wake-up, a loop turn or two
-        of the writer a step, was half of the worker's work between steps (BENCHMARKS.md,
+        of the writer a step, was half of the worker's work between steps (docs/benchmarks/history,
         "stats that join the waiting ones")."""
         self._put += 1
         if (
@@ -173,7 +173,7 @@ class Outbox:
         the next (redis-py checks the connection, then writes); with the single turn there
         was, such a write sat out the whole next step: at 32 users on nj-target a job's
         result landed a median 17-39 ms after its last token, 9-17 ms with the turns
-        (BENCHMARKS.md, "The writer's turns"). With nothing queued it is one turn, as before."""
+        (docs/benchmarks/history, "The writer's turns"). With nothing queued it is one turn, as before."""
         await anyio.lowlevel.checkpoint()
         turns = 1
         while self.unsent and turns < max_turns:

@@ -375,7 +375,7 @@ class WorkerService:
         to a thread: it takes every entry in hand in one round trip (``take_many``), so what
         arrives during a step joins at most one step later than it would beside a threaded
         step, and at 32 users the steps it sent to threads cost 1-4 % more worker CPU a token
-        (BENCHMARKS.md, "no threaded steps for admission")."""
+        (docs/benchmarks/history, "no threaded steps for admission")."""
         inline = self._short and self._prefill <= INLINE_PREFILL_TOKENS
         self._prefill = 0
         if inline:

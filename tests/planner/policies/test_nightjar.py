@@ -1,7 +1,7 @@
 """nightjar (planner/policies/nightjar.py): the cost rule's step costs and acceptance priors.
 
 A synthetic profile whose verify forward is nearly free at batch 1 and compute-bound from
-batch 16 (SmolLM2's shape on this CPU, BENCHMARKS.md): the decision predicts every (drafter,
+batch 16 (SmolLM2's shape on this CPU, docs/benchmarks/history): the decision predicts every (drafter,
 γ) at batch sizes 1..32, served steps calibrate it, the workers' acceptance moves the priors,
 and the published description (γ per bucket) speculates at low load only.
 """
