@@ -21,6 +21,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, RedisError
 
 from gateway.admission import METADATA, MODEL, OWNER, Admission, Admitted, parse
+from gateway.dedup import SentMark
 from gateway.errors import APIError
 from gateway.hub import EventHub, Subscription
 from gateway.ids import job_not_found, valid_job_id
@@ -30,7 +31,7 @@ from gateway.settings import GatewaySettings
 from shared import codec, jobs, keys
 from shared.errors import ErrorCode
 from shared.replication import ReplicaWait
-from shared.schemas import CancelRequest, ErrorEvent, FinishEvent, JobRequest, Message, TokenEvent
+from shared.schemas import CancelRequest, ErrorEvent, FinishEvent, JobRequest, Message
 from shared.streams import group_load, id_str
 
 CANCEL_MAXLEN = 10_000  # cancellations are only read live; a short history suffices
@@ -274,11 +275,13 @@ class JobStore:
         Ends without a final event when the job is over and nothing is left after ``after``
         (a Last-Event-ID past the end), so no stream of a finished job runs forever.
         Rides out a Redis outage of up to ``outage_grace_s``, resuming after the last event
-        delivered (gateway/outage.py); a longer one raises its Redis error.
+        delivered (gateway/outage.py); a longer one raises its Redis error. No output
+        position is sent twice, across resumes too (gateway/dedup.py).
         """
+        mark = SentMark(primed=after == "0-0")  # kept across the resumed reads
 
         def read(cursor: str) -> AsyncIterator[StoredEvent | None]:
-            return self._events(job_id, cursor, block_s, until, final_only=final_only, history=history)
+            return self._events(job_id, cursor, block_s, until, mark, final_only=final_only, history=history)
 
         async for item in resumed(
             read,
@@ -297,6 +300,7 @@ class JobStore:
         after: str,
         block_s: float,
         until: float | None,
+        mark: SentMark,
         *,
         final_only: bool,
         history: bool,
@@ -306,23 +310,36 @@ class JobStore:
         if model is None:
             return
         stream = keys.job_events(model, job_id)
+        if not mark.primed:  # a Last-Event-ID: what the client was sent before it
+            for _, fields in await self.r.xrange(stream, "-", after) or []:
+                try:
+                    mark.see(codec.from_entry(dict(fields or {})))
+                except codec.CodecError:
+                    continue
+            mark.primed = True
         # A final-only reader's job status is looked at by the hub as it follows the job.
         ended = False if final_only else await self.ended(job_id)
         # One blocked read for all followed streams.
         sub = self.hub.subscribe(model, stream, job_id if final_only else None, history=history)
         try:
-            async for item in self._follow(job_id, sub, after, ended, block_s, until):
+            async for item in self._follow(job_id, sub, after, ended, block_s, until, mark):
                 yield item
         finally:
             sub.close()
 
     async def _follow(
-        self, job_id: str, sub: Subscription, after: str, ended: bool, block_s: float, until: float | None
+        self,
+        job_id: str,
+        sub: Subscription,
+        after: str,
+        ended: bool,
+        block_s: float,
+        until: float | None,
+        mark: SentMark,
     ) -> AsyncIterator[StoredEvent | None]:
         if sub.final_of is not None:
             await sub.start(after)  # the hub looks at the job's status as it follows it
             ended = ended or sub.over
-        sent = 0  # output positions this reader was sent
         while True:
             block: int | None = None
             if not ended:
@@ -343,13 +360,12 @@ class JobStore:
                     msg = codec.from_entry(fields)
                 except codec.CodecError:
                     continue  # not ours to judge; the worker wrote it
-                if isinstance(msg, TokenEvent):
-                    end = msg.index + len(msg.token_ids)
-                    if msg.token_ids and end <= sent:
-                        # Sent already: a re-run wrote these positions again because a Redis
-                        # failover lost the writes this reader had been sent (worker/leases.py).
-                        continue
-                    sent = max(sent, end)
+                # Positions sent already are not sent again: a re-run wrote them again because
+                # a Redis failover lost the writes this reader had been sent (worker/leases.py).
+                new = mark.unseen(msg)
+                if new is None:
+                    continue
+                msg = new
                 yield StoredEvent(after, msg)
                 if isinstance(msg, FinishEvent | ErrorEvent):
                     return
