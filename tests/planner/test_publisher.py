@@ -52,7 +52,7 @@ async def test_concurrent_publishes_are_serialised(r: aioredis.Redis) -> None:
             tg.start_soon(publish, "admin")
     assert [d.version for d in got] == [1, 2]
     raw = await r.get(keys.DECISION_LATEST)
-    assert raw is not None
+    assert isinstance(raw, bytes)
     latest = codec.decode_as(raw, Decision)
     assert latest.version == 2 and latest.note == "admin"
     stream = await r.xrange(keys.DECISIONS_STREAM) or []
