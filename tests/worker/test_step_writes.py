@@ -1,5 +1,5 @@
 """A step's outputs become each job's writes; a job whose output fails to become events fails
-alone (worker/service.py ``_writes``), and an engine that gives no draft outcomes still gets
+alone (worker/step_writes.py), and an engine that gives no draft outcomes still gets
 valid speculation facts (worker/job_run.py ``_take_steps``)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from tests.tiny_models import build_tokenizer
 from worker.engine.api import DraftOutcome, RequestOutput
 from worker.job_run import JobRun
 from worker.running import RunningJobs
-from worker.service import WorkerService
+from worker.step_writes import step_writes
 
 TOK = build_tokenizer()
 IDS = TOK("The quick brown fox", add_special_tokens=False)["input_ids"]
@@ -40,19 +40,18 @@ class _Engine:
 
 
 def test_a_job_whose_output_fails_fails_alone() -> None:
-    service = WorkerService.__new__(WorkerService)  # only what _writes uses
-    service.running = RunningJobs(4)
+    running = RunningJobs(4)
     engine = _Engine()
-    service.engine = engine  # type: ignore[assignment]
     bad, good = _run("bad"), _run("good")
-    service.running.admit(bad)
-    service.running.admit(good)
+    running.admit(bad)
+    running.admit(good)
 
     def broken(*args: object, **kwargs: object) -> list[TokenEvent]:
         raise ValueError("a bug")
 
     bad.feed = broken  # type: ignore[method-assign]
-    writes = service._writes([RequestOutput("bad", IDS[:2]), RequestOutput("good", IDS[:2])])
+    outputs = [RequestOutput("bad", IDS[:2]), RequestOutput("good", IDS[:2])]
+    writes = step_writes(running, engine, outputs)  # type: ignore[arg-type]
     by_job = {w.job_id: w for w in writes}
     assert isinstance(by_job["bad"].final, ErrorEvent) and by_job["bad"].events == []
     assert by_job["bad"].final.code == "engine_error" and bad.done
