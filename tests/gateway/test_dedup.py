@@ -79,12 +79,12 @@ async def test_a_reader_resumed_after_an_outage_sends_no_position_twice(mem: aio
     assert "".join(str(t["text"]) for t in tokens) == "abcd"
 
 
-async def test_a_last_event_id_reconnect_sends_no_position_twice(mem: aioredis.Redis) -> None:
-    async with served(mem) as (gw, _):
+async def test_a_last_event_id_reconnect_sends_no_position_twice(r: aioredis.Redis) -> None:
+    async with served(r) as (gw, _):
         job_id = (await gw.post("/v1/jobs", json={"prompt": "x"})).json()["id"]
-        await next_job(mem)
-        seen = await write(mem, [start(job_id), token(job_id, 0), token(job_id, 1), token(job_id, 2)])
-        await write(mem, [*rerun(job_id), finish(job_id)])
+        await next_job(r)
+        seen = await write(r, [start(job_id), token(job_id, 0), token(job_id, 1), token(job_id, 2)])
+        await write(r, [*rerun(job_id), finish(job_id)])
         with anyio.fail_after(10):
             resp = await gw.get(f"/v1/jobs/{job_id}/events", headers={"Last-Event-ID": seen})
     tokens = [data for kind, data in events_of(resp.text) if kind == "token"]
