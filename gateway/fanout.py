@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, Response
 from redis.exceptions import RedisError
 
 from gateway import sse
+from gateway.dedup import SentMark
 from gateway.errors import APIError, error_body, error_status
 from gateway.follow import ClientGone, _error_response, _race, _timeout, cancel_quietly, outage_error
 from gateway.metrics import EventTap
@@ -61,6 +62,8 @@ async def _choice_events(
             continue
         open_[keys.job_events(m, j)] = i
     cursors = dict.fromkeys(open_, "0-0")
+    # Each choice's output positions are sent once, across outages too (gateway/dedup.py).
+    marks = {stream: SentMark(primed=True) for stream in open_}
     quiet_since = anyio.current_time()
     while open_:
         wait_s = block_s if until is None else min(block_s, until - anyio.current_time())
@@ -83,9 +86,12 @@ async def _choice_events(
                 cursors[stream] = entry_id
             if msg is None:
                 continue  # not ours to judge; the worker wrote it
+            new = marks[stream].unseen(msg)
+            if new is None:
+                continue  # sent already: a re-run wrote these positions again
             if entry_id is not None:
-                await tap.see(job_ids[i], entry_id, msg)
-            yield i, msg
+                await tap.see(job_ids[i], entry_id, new)
+            yield i, new
             if isinstance(msg, FinishEvent | ErrorEvent):
                 del open_[stream]
 

@@ -60,6 +60,50 @@ class OutageStats:
     abandoned: int = 0  # readers that went away during one (client gone, deadline)
 
 
+class OutageLog:
+    """The log of Redis outages as this process's readers meet them: one line when the first
+    reader finds Redis gone, one when the last of them is through (resumed, given up or
+    gone), one the first time a reader gives up in it — not one per reader per try (a
+    thousand readers in one outage would log thousands of lines)."""
+
+    def __init__(self) -> None:
+        self.down = 0  # readers in an outage now
+        self.since: float | None = None  # anyio time the first of them found Redis gone
+        self.resumed = self.gave_up = 0  # of the readers of the current outage
+
+    def start(self, what: str, exc: BaseException) -> None:
+        self.down += 1
+        if self.down == 1:
+            self.since, self.resumed, self.gave_up = anyio.current_time(), 0, 0
+            log.warning("Redis unreachable (%s: %s; first noticed by %s); readers resume when it answers",
+                        type(exc).__name__, exc, what)  # fmt: skip
+
+    def give_up(self, what: str, waited_s: float, grace_s: float) -> None:
+        self.gave_up += 1
+        if self.gave_up == 1:
+            log.warning("Redis unreachable for %.1f s, past the %g s grace period: readers give up "
+                        "(first: %s)", waited_s, grace_s, what)  # fmt: skip
+        self._end()
+
+    def resume(self) -> None:
+        self.resumed += 1
+        self._end()
+
+    def leave(self) -> None:
+        self._end()
+
+    def _end(self) -> None:
+        self.down = max(0, self.down - 1)
+        if self.down == 0 and self.since is not None:
+            took = anyio.current_time() - self.since
+            log.info("Redis outage over for this gateway's readers after %.1f s: %d resumed, %d gave up",
+                     took, self.resumed, self.gave_up)  # fmt: skip
+            self.since = None
+
+
+OUTAGE_LOG = OutageLog()  # this process's
+
+
 class Outage:
     """One reader's ride through an outage: how long to wait before the next try, and when
     the outage has lasted past the grace period. Use it in ``with``: a reader that goes
@@ -80,6 +124,7 @@ class Outage:
             self.since = None
             self.stats.waiting -= 1
             self.stats.abandoned += 1
+            OUTAGE_LOG.leave()
 
     @property
     def down(self) -> bool:
@@ -92,12 +137,10 @@ class Outage:
         if self.since is None:
             self.since = now
             self.stats.waiting += 1
-            log.warning("%s: Redis unreachable (%s: %s); resuming when it answers", self.what,
-                        type(exc).__name__, exc)  # fmt: skip
+            OUTAGE_LOG.start(self.what, exc)
         left = self.since + self.grace_s - now
         if left <= 0:
-            log.warning("%s: Redis unreachable for %.1f s, past the %g s grace period", self.what,
-                        now - self.since, self.grace_s)  # fmt: skip
+            OUTAGE_LOG.give_up(self.what, now - self.since, self.grace_s)
             self.since = None
             self.stats.waiting -= 1
             self.stats.gave_up += 1
@@ -115,7 +158,8 @@ class Outage:
     def recovered(self) -> None:
         """Redis answered again (a no-op when it never stopped)."""
         if self.since is not None:
-            log.info("%s: resumed after %.1f s without Redis", self.what, anyio.current_time() - self.since)
+            log.debug("%s: resumed after %.1f s without Redis", self.what, anyio.current_time() - self.since)
+            OUTAGE_LOG.resume()
             self.stats.waiting -= 1
             self.stats.resumed += 1
         self.since, self.failures = None, 0

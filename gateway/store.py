@@ -9,10 +9,8 @@ are unknown jobs too, without a Redis lookup.
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,33 +20,23 @@ from redis.exceptions import NoScriptError, RedisError
 
 from gateway.admission import METADATA, MODEL, OWNER, Admission, Admitted, parse
 from gateway.errors import APIError
-from gateway.hub import EventHub, Subscription
+from gateway.hub import EventHub
 from gateway.ids import job_not_found, valid_job_id
-from gateway.outage import CancelBacklog, OutageStats, resumed
+from gateway.job_events import JobEvents
+from gateway.job_events import StoredEvent as StoredEvent  # re-exported: where callers find it
+from gateway.job_events import valid_event_id as valid_event_id
+from gateway.outage import CancelBacklog, OutageStats
 from gateway.registry import WorkerRegistry, raw_bytes
 from gateway.settings import GatewaySettings
 from shared import codec, jobs, keys
 from shared.errors import ErrorCode
 from shared.replication import ReplicaWait
-from shared.schemas import CancelRequest, ErrorEvent, FinishEvent, JobRequest, Message, TokenEvent
-from shared.streams import group_load, id_str
+from shared.schemas import CancelRequest, ErrorEvent, FinishEvent, JobRequest
+from shared.streams import group_load
 
 CANCEL_MAXLEN = 10_000  # cancellations are only read live; a short history suffices
 CANCEL_NOW_S = 5.0  # a cancel not written within this is remembered and written later
 MODEL_CACHE = 100_000  # job id -> model entries remembered (a job never changes model)
-_ENTRY_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
-
-
-def valid_event_id(value: str) -> bool:
-    return bool(_ENTRY_ID.match(value))
-
-
-@dataclass(frozen=True)
-class StoredEvent:
-    """One entry of a job's event stream."""
-
-    id: str
-    msg: Message
 
 
 @dataclass(frozen=True)
@@ -61,7 +49,7 @@ class Submitted:
     status: str
 
 
-class JobStore:
+class JobStore(JobEvents):
     def __init__(self, r: aioredis.Redis, settings: GatewaySettings) -> None:
         self.r = r
         self.settings = settings
@@ -254,105 +242,6 @@ class JobStore:
         if model is None:
             return True
         return jobs.is_over(await self.r.hget(keys.job_key(model, job_id), jobs.STATUS))
-
-    async def events(
-        self,
-        job_id: str,
-        after: str = "0-0",
-        block_s: float = 15.0,
-        until: float | None = None,
-        *,
-        final_only: bool = False,
-        history: bool = False,
-    ) -> AsyncIterator[StoredEvent | None]:
-        """The job's events from just after ``after``, live, until its final one (with
-        ``final_only``, as a rule only that one; with ``history`` too, every event of the job
-        at once when it ends, the final one last: see gateway/hub.py).
-
-        Yields None whenever ``block_s`` passes without an event (time for a keep-alive),
-        and by ``until`` (an ``anyio.current_time()`` deadline) at the latest.
-        Ends without a final event when the job is over and nothing is left after ``after``
-        (a Last-Event-ID past the end), so no stream of a finished job runs forever.
-        Rides out a Redis outage of up to ``outage_grace_s``, resuming after the last event
-        delivered (gateway/outage.py); a longer one raises its Redis error.
-        """
-
-        def read(cursor: str) -> AsyncIterator[StoredEvent | None]:
-            return self._events(job_id, cursor, block_s, until, final_only=final_only, history=history)
-
-        async for item in resumed(
-            read,
-            after,
-            grace_s=self.settings.outage_grace_s,
-            block_s=block_s,
-            until=until,
-            what=f"job {job_id}",
-            stats=self.outages,
-        ):
-            yield item
-
-    async def _events(
-        self,
-        job_id: str,
-        after: str,
-        block_s: float,
-        until: float | None,
-        *,
-        final_only: bool,
-        history: bool,
-    ) -> AsyncIterator[StoredEvent | None]:
-        """``events`` while Redis answers (its first error ends it)."""
-        model = await self.model_of(job_id)
-        if model is None:
-            return
-        stream = keys.job_events(model, job_id)
-        # A final-only reader's job status is looked at by the hub as it follows the job.
-        ended = False if final_only else await self.ended(job_id)
-        # One blocked read for all followed streams.
-        sub = self.hub.subscribe(model, stream, job_id if final_only else None, history=history)
-        try:
-            async for item in self._follow(job_id, sub, after, ended, block_s, until):
-                yield item
-        finally:
-            sub.close()
-
-    async def _follow(
-        self, job_id: str, sub: Subscription, after: str, ended: bool, block_s: float, until: float | None
-    ) -> AsyncIterator[StoredEvent | None]:
-        if sub.final_of is not None:
-            await sub.start(after)  # the hub looks at the job's status as it follows it
-            ended = ended or sub.over
-        sent = 0  # output positions this reader was sent
-        while True:
-            block: int | None = None
-            if not ended:
-                wait_s = block_s if until is None else min(block_s, until - anyio.current_time())
-                block = max(1, int(wait_s * 1000))
-            got = await sub.read(after, block)
-            if not got:
-                if ended:
-                    return  # over, and nothing after the cursor
-                if await self.ended(job_id):
-                    ended = True  # one more read: the final event may have just landed
-                    continue
-                yield None
-                continue
-            for entry_id, fields in got:
-                after = id_str(entry_id)
-                try:
-                    msg = codec.from_entry(fields)
-                except codec.CodecError:
-                    continue  # not ours to judge; the worker wrote it
-                if isinstance(msg, TokenEvent):
-                    end = msg.index + len(msg.token_ids)
-                    if msg.token_ids and end <= sent:
-                        # Sent already: a re-run wrote these positions again because a Redis
-                        # failover lost the writes this reader had been sent (worker/leases.py).
-                        continue
-                    sent = max(sent, end)
-                yield StoredEvent(after, msg)
-                if isinstance(msg, FinishEvent | ErrorEvent):
-                    return
 
     async def cancel(self, job_id: str, owner: str = "") -> str:
         """Ask whichever worker has the job to stop it; returns the status afterwards."""

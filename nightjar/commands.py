@@ -83,7 +83,19 @@ def planner_config(args: argparse.Namespace, standalone: bool) -> PlannerSetting
         registry.create(settings.policy, **settings.params)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if not standalone:
+        port = up_planner_metrics_port(settings.metrics_port)
+        settings = settings.model_copy(update={"metrics_port": port})
     return settings
+
+
+def up_planner_metrics_port(port: int | None) -> int | None:
+    """The planner's /metrics port under ``nightjar up``, where the worker and the planner
+    read the same NIGHTJAR_METRICS_PORT: the worker keeps it, the planner takes the next
+    one (0, any free port, stays 0; past 65535: none), so they never both bind one port."""
+    if not port:
+        return port
+    return port + 1 if port < 65535 else None
 
 
 def _gateway_app(args: argparse.Namespace, standalone: bool) -> Any:

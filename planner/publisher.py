@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import anyio
 import redis.asyncio as aioredis
 
 from planner.policies.base import Choice
@@ -20,6 +21,9 @@ class DecisionPublisher:
         self.last: Decision | None = None
         self.on_publish: Callable[[Decision], None] | None = None  # e.g. the planner's metrics
         self.desired_workers: dict[str, int] = {}  # the capacity estimate, carried by every decision
+        # One publish at a time (the periodic one and an admin's command may meet): else a
+        # later version's latest could be overwritten by an earlier one's.
+        self._lock = anyio.Lock()
 
     def changed(self, choice: Choice, policy: str) -> bool:
         """Would publishing ``choice`` tell the workers something new?"""
@@ -40,7 +44,12 @@ class DecisionPublisher:
 
     async def publish(self, choice: Choice, policy: str, note: str, command_id: str = "") -> Decision:
         """Publish ``choice`` as the next version; ``command_id``: the control entry that put
-        ``policy`` in place (``Decision.command_id``)."""
+        ``policy`` in place (``Decision.command_id``). Publishes never interleave: versions
+        are published (latest, then stream) in the order they were taken."""
+        async with self._lock:
+            return await self._publish(choice, policy, note, command_id)
+
+    async def _publish(self, choice: Choice, policy: str, note: str, command_id: str) -> Decision:
         version = int(await self.r.incr(keys.DECISION_VERSION))
         decision = Decision(
             version=version,

@@ -31,6 +31,12 @@ MAX_CONNECTIONS_VAR = "NIGHTJAR_REDIS_MAX_CONNECTIONS"
 # small. Past the cap (RuntimeSettings.redis_max_connections) a caller waits for a
 # free connection instead of failing.
 POOL_WAIT_S = 30.0
+CONNECT_TIMEOUT_S = 5.0  # a Redis that does not answer a connect (a dead host) fails fast
+HEALTH_CHECK_S = 30  # a connection idle this long is PINGed before its next command
+# Every connection, to a Redis or a Sentinel: a connect that hangs (a host gone, its packets
+# dropped) fails within CONNECT_TIMEOUT_S instead of the OS's minutes; TCP keepalive finds a
+# peer that vanished under an idle (or blocked-reading) connection.
+SOCKET_OPTIONS: dict[str, Any] = {"socket_connect_timeout": CONNECT_TIMEOUT_S, "socket_keepalive": True}
 
 _fake_server: fakeredis.FakeServer | None = None
 _fake_lock = threading.Lock()
@@ -118,7 +124,8 @@ def connect(url: str | None = None) -> aioredis.Redis:
             timeout=POOL_WAIT_S,
             decode_responses=False,
             socket_timeout=None,
-            health_check_interval=30,
+            health_check_interval=HEALTH_CHECK_S,
+            **SOCKET_OPTIONS,
             **_reconnect_once(),
         )
         pool.connection_class = _SAFE.get(pool.connection_class, pool.connection_class)
@@ -169,7 +176,7 @@ def _sentinel(url: str) -> aioredis.Redis:
     if not path:
         raise ValueError(f"{url!r}: name the Sentinel service: redis+sentinel://host:port/service[/db]")
     db = int(path[1]) if len(path) > 1 else 0
-    sentinel = Sentinel(hosts, socket_timeout=None, sentinel_kwargs={"password": password})
+    sentinel = Sentinel(hosts, socket_timeout=None, sentinel_kwargs={"password": password, **SOCKET_OPTIONS})
     return sentinel.master_for(
         path[0],
         redis_class=aioredis.Redis,
@@ -178,7 +185,8 @@ def _sentinel(url: str) -> aioredis.Redis:
         password=password,
         decode_responses=False,
         socket_timeout=None,
-        health_check_interval=30,
+        health_check_interval=HEALTH_CHECK_S,
+        **SOCKET_OPTIONS,
     )
 
 
@@ -195,7 +203,9 @@ def _cluster(url: str) -> aioredis.Redis:
         ssl=url.startswith("rediss+"),
         decode_responses=False,
         socket_timeout=None,
+        health_check_interval=HEALTH_CHECK_S,
         max_connections=_max_connections(),
+        **SOCKET_OPTIONS,
     )
     # The nodes it discovers (every node, at the first command) are made with these options;
     # RedisCluster takes no connection class of its own.

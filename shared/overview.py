@@ -132,12 +132,8 @@ async def snapshot(r: aioredis.Redis, tail: int = 500) -> Snapshot:
 
 
 def _job_streams(models: set[str]) -> list[str]:
-    """The job streams to count: one per served model where jobs are queued per model
-    (``keys.jobs_stream``), else the one shared stream."""
-    per_model = getattr(keys, "jobs_stream", None)
-    if per_model is not None:
-        return [str(per_model(m)) for m in sorted(models)]
-    return [str(getattr(keys, "JOBS_STREAM"))]  # noqa: B009 - gone once queues are per model
+    """The job streams to count: one per served model (``keys.jobs_stream``)."""
+    return [keys.jobs_stream(m) for m in sorted(models)]
 
 
 def _text(v: Any) -> str:

@@ -68,9 +68,18 @@ class ReplicaWait:
 
     async def confirm(self, ttls: dict[str, int]) -> bool:
         """Wait (up to the timeout) until a replica of each key's master has its writes;
-        whether every one did. Never raises for a replica's silence: the writes stand."""
+        whether every one did. Never raises (a replica's silence, a Redis error, anything
+        else): the caller has made its writes, and they stand, unconfirmed."""
         if self.replicas <= 0 or not ttls:
             return True
+        try:
+            return await self._confirm(ttls)
+        except Exception as exc:  # after an admission: never a 500 for a job that was accepted
+            log.warning("could not confirm writes on a replica: %s: %s", type(exc).__name__, exc)
+            self.unconfirmed += 1
+            return False
+
+    async def _confirm(self, ttls: dict[str, int]) -> bool:
         now = time.monotonic()
         by_master: dict[str, tuple[Any, list[tuple[str, int]]]] = {}
         for key, ttl in ttls.items():

@@ -227,9 +227,10 @@ class JobRun:
 
     def _take_steps(self, outcomes: Sequence[DraftOutcome], taken: int, given: int) -> None:
         """Keep the steps of the ``taken`` tokens that joined the output (a stop drops the
-        rest); an engine that gave no outcomes for them gets one plain step."""
+        rest); an engine that gave no outcomes for them (or ones that do not add up) gets one
+        plain step per token: a step emits at most one token that is not an accepted draft."""
         if sum(o.tokens for o in outcomes) != given:
-            outcomes = [DraftOutcome(tokens=given)] if given else []
+            outcomes = [DraftOutcome(tokens=1)] * given
         left = taken
         for o in outcomes:
             if left <= 0:

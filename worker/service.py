@@ -18,7 +18,7 @@ import logging
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import anyio
 import redis.asyncio as aioredis
@@ -26,9 +26,8 @@ from redis.exceptions import RedisError
 
 from shared import codec, keys
 from shared.connection import connect
-from shared.errors import ErrorCode
 from shared.loops import Signal, every, keep_running, retry_redis, wait_for_redis
-from shared.schemas import CancelRequest, ErrorEvent, FinishEvent, FinishReason
+from shared.schemas import CancelRequest
 from shared.settings import RuntimeSettings
 from shared.streams import Entry, entries, last_id
 from worker.admission import Admission
@@ -48,6 +47,7 @@ from worker.profile_cache import ProfileCache, profile_key
 from worker.prompts import PromptEncoder
 from worker.running import RunningJobs
 from worker.settings import WorkerSettings
+from worker.step_writes import step_writes
 from worker.telemetry import TelemetryPublisher
 
 log = logging.getLogger(__name__)
@@ -386,29 +386,9 @@ class WorkerService:
         return result
 
     def _writes(self, outputs: list[RequestOutput]) -> list[JobWrite]:
-        """The step's new tokens as each job's events, and the final event of jobs that ended."""
-        writes = []
-        for out in outputs:
-            run = self.running.get(out.request_id)
-            if run is None or run.done:  # ended here already (a stop string), or lost
-                continue
-            run.cached_prompt_tokens = max(run.cached_prompt_tokens, out.cached_prompt_tokens)
-            events = run.feed(out.new_token_ids, out.logprobs, out.prompt_logprobs, out.outcomes)
-            if run.stopped and not out.finished:
-                self.engine.abort_request(run.job_id)
-            final: FinishEvent | ErrorEvent | None = None
-            if out.finished and out.finish_reason == "error" and not run.stopped:
-                code = out.error_code or ErrorCode.ENGINE_ERROR
-                final = ErrorEvent(job_id=run.job_id, code=code.value, message=out.error or "")
-            elif run.stopped or out.finished:
-                reason = "stop" if run.stopped else out.finish_reason or "stop"
-                tail, final = run.finish(cast(FinishReason, reason))
-                events += tail
-            if final is not None:
-                run.done = True
-            if events or final is not None:
-                writes.append(JobWrite(run.job_id, run.lease, run.entry_id, list(events), final))
-        return writes
+        """The step's new tokens as each job's events, and the final event of jobs that ended
+        (worker/step_writes.py)."""
+        return step_writes(self.running, self.engine, outputs)
 
     def _written(self, done: list[Written]) -> None:
         """The outbox landed these writes: retire ended jobs, drop lost ones."""

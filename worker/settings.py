@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from shared.settings import CommaList, EnvSettings
 from worker.profiling import ProfileSettings
@@ -146,14 +147,33 @@ class WorkerSettings(EnvSettings):
         description="what the profile measures (batch sizes, γ, rounds); none: ProfileSettings()",
     )
 
+    # renew_s and autoclaim_s as given (0: derived from claim_idle_s), kept so a copy with
+    # another claim_idle_s derives them again (``model_copy``) instead of keeping stale ones.
+    _pinned: tuple[float, float] = PrivateAttr(default=(0.0, 0.0))
+
     @model_validator(mode="after")
     def _renew_below_claim(self) -> WorkerSettings:
+        self._pinned = (self.renew_s, self.autoclaim_s)
+        self._derive()
+        return self
+
+    def _derive(self) -> None:
+        """renew_s and autoclaim_s: as pinned, else from claim_idle_s (``claim_timing``)."""
         renew_s, sweep_s = claim_timing(self.claim_idle_s)
-        self.renew_s = self.renew_s or renew_s
-        self.autoclaim_s = self.autoclaim_s or sweep_s
+        self.renew_s = self._pinned[0] or renew_s
+        self.autoclaim_s = self._pinned[1] or sweep_s
         if self.renew_s >= self.claim_idle_s:
             raise ValueError("renew_s must be below claim_idle_s, or running jobs get taken over")
-        return self
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> WorkerSettings:
+        """A copy; one given another claim_idle_s (or renew_s / autoclaim_s) derives the
+        failover timing again, as a new record would."""
+        copy = super().model_copy(update=update, deep=deep)
+        if update and {"claim_idle_s", "renew_s", "autoclaim_s"} & set(update):
+            renew_s, autoclaim_s = self._pinned
+            copy._pinned = (update.get("renew_s", renew_s), update.get("autoclaim_s", autoclaim_s))
+            copy._derive()
+        return copy
 
     def profiling(self) -> ProfileSettings:
         """What the startup profile measures, within ``profile_budget_s``, when ``profile``."""

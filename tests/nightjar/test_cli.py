@@ -62,6 +62,17 @@ def test_environment_gives_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     assert commands.planner_config(build_parser().parse_args(["planner"]), True).valid_for_s == 4.5
 
 
+def test_up_gives_the_planner_the_port_after_the_workers_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under `up` one NIGHTJAR_METRICS_PORT reaches the worker and the planner: they must not
+    both bind it. The worker keeps it, the planner takes the next one; alone, each keeps it."""
+    monkeypatch.setenv("NIGHTJAR_METRICS_PORT", "9100")
+    args = build_parser().parse_args(["up", "--model", TARGET])
+    assert commands.worker_config(args, False).metrics_port == 9100
+    assert commands.planner_config(args, False).metrics_port == 9101
+    assert commands.planner_config(build_parser().parse_args(["planner"]), True).metrics_port == 9100
+    assert [commands.up_planner_metrics_port(p) for p in (None, 0, 65535)] == [None, 0, None]
+
+
 def test_command_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     """`up` embeds its store; the services started alone use the local Redis; a worker
     started from the command line profiles (an embedded one does not unless asked)."""

@@ -4,6 +4,7 @@ line naming model, drafters and policy once one is."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import anyio
 import httpx
@@ -12,6 +13,7 @@ import redis.asyncio as aioredis
 
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
+from nightjar import ready as ready_mod
 from nightjar.ready import announce_ready, ready_line, server_url
 from shared import codec, keys
 from shared.control import Decision, WorkerInfo
@@ -19,16 +21,30 @@ from shared.control import Decision, WorkerInfo
 pytestmark = pytest.mark.anyio
 
 
-async def test_the_line_comes_when_ready_and_says_what_serves(r: aioredis.Redis) -> None:
+async def test_the_line_comes_when_ready_and_says_what_serves(
+    r: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
     app = create_app(GatewaySettings(), redis=r)
     said: list[str] = []
+    checks: list[bool] = []  # each readiness check announce_ready made, and its answer
+    checked_thrice = anyio.Event()
+    readiness = ready_mod.readiness
+
+    async def counted(store: Any) -> Any:
+        got = await readiness(store)
+        checks.append(got[0])
+        if len(checks) >= 3:
+            checked_thrice.set()
+        return got
+
+    monkeypatch.setattr(ready_mod, "readiness", counted)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://gw") as gw:
         async with anyio.create_task_group() as tg:
             tg.start_soon(announce_ready, app.state.store, lambda: "http://127.0.0.1:8000", said.append, 0.01)
-            for _ in range(20):  # no worker: not ready, no line
-                await anyio.sleep(0.01)
-            assert said == [] and (await gw.get("/health/ready")).status_code == 503
+            with anyio.fail_after(10):  # no worker: not ready (checked three times), no line
+                await checked_thrice.wait()
+            assert not any(checks) and said == [] and (await gw.get("/health/ready")).status_code == 503
             decision = Decision(version=3, policy="nightjar", created_at=time.time())
             await r.set(keys.DECISION_LATEST, codec.encode(decision))
             info = WorkerInfo(worker_id="w1", model="smol", drafters=["smol-eagle-chat", "ngram"])

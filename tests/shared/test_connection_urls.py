@@ -44,3 +44,20 @@ def test_what_one_script_touches_shares_one_hash_slot() -> None:
             keys.job_cancel(model, "j1"),
         ]
         assert len({key_slot(n.encode()) for n in names}) == 1, model
+
+
+def test_every_url_kind_connects_with_a_timeout_keepalive_and_health_checks() -> None:
+    want = {"socket_connect_timeout": 5.0, "socket_keepalive": True, "health_check_interval": 30}
+
+    def has(kwargs: dict[str, object]) -> bool:
+        return all(kwargs.get(k) == v for k, v in want.items())
+
+    plain = connect("redis://127.0.0.1:6379/5").connection_pool.connection_kwargs
+    assert has(plain) and plain["socket_timeout"] is None
+    sentinel = connect("redis+sentinel://h1:26379/mymaster")
+    assert has(sentinel.connection_pool.connection_kwargs)
+    for s in sentinel.connection_pool.sentinel_manager.sentinels:  # type: ignore[attr-defined]
+        opts = s.connection_pool.connection_kwargs
+        assert opts["socket_connect_timeout"] == 5.0 and opts["socket_keepalive"] is True
+    cluster = connect("redis+cluster://127.0.0.1:7000")
+    assert isinstance(cluster, RedisCluster) and has(cluster.nodes_manager.connection_kwargs)

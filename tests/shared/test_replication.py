@@ -37,3 +37,18 @@ async def test_a_master_without_replicas_is_not_waited_on_for_a_while() -> None:
         after = int((await r.info("commandstats")).get("cmdstat_wait", {}).get("calls", 0))
         assert after - before == 1 and w.unconfirmed == 2
         assert 0 < await r.ttl("nj:test:k") <= 100  # touched with its own TTL, nothing else
+
+
+class _Broken:
+    """A client whose every pipeline fails with an error that is not a RedisError."""
+
+    def pipeline(self, *args: object, **kwargs: object) -> object:
+        raise ValueError("not a Redis error")
+
+
+@pytest.mark.anyio
+async def test_any_failure_to_confirm_is_an_unconfirmed_write_not_an_error() -> None:
+    w = ReplicaWait(connect("memory://"), replicas=1, timeout_ms=50)
+    w.r = _Broken()  # type: ignore[assignment]
+    assert not await w.confirm({"k": 10})
+    assert w.unconfirmed == 1 and w.confirmed == 0

@@ -14,7 +14,8 @@ from shared.schemas import SamplingParams
 from tests.tiny_models import build_llama, reference_greedy
 from worker.engine.api import Engine, EngineRequest, StepResult
 from worker.engine_factory import create_engine
-from worker.profiling import PROFILE_ID, Interrupted, ProfileSettings, Stopped, envelope, profile_engine
+from worker.profile_table import envelope
+from worker.profiling import PROFILE_ID, Interrupted, ProfileSettings, Stopped, profile_engine
 
 FAST = ProfileSettings(max_batch=4, reps=2)
 

@@ -34,3 +34,14 @@ def test_the_command_line_has_one_failover_setting() -> None:
 def test_a_claim_limit_must_be_positive() -> None:
     with pytest.raises(ValueError):
         WorkerSettings(model_dir="m", claim_idle_s=0)
+
+
+def test_a_copy_with_another_claim_idle_derives_the_timing_again() -> None:
+    s = WorkerSettings(model_dir="m").model_copy(update={"claim_idle_s": 3.0})
+    assert (s.renew_s, s.autoclaim_s) == claim_timing(3.0)
+    pinned = WorkerSettings(model_dir="m", renew_s=1.0).model_copy(update={"claim_idle_s": 6.0})
+    assert (pinned.renew_s, pinned.autoclaim_s) == (1.0, claim_timing(6.0)[1])  # a pinned one stays
+    again = pinned.model_copy(update={"model_dir": "n"})  # other fields: the timing as it was
+    assert (again.renew_s, again.autoclaim_s) == (1.0, 1.0)
+    with pytest.raises(ValueError, match="renew_s"):
+        pinned.model_copy(update={"claim_idle_s": 0.5})
