@@ -164,6 +164,16 @@ class MeteredStore(JobStore):
             _remember(self._submitted, job.job_id, job.created_at)
         return got
 
+    async def submit_many(self, batch: list[tuple[JobRequest, str]], *, owner: str) -> list[Submitted]:
+        rid = REQUEST_ID.get()
+        if rid is not None:
+            batch = [(j if j.request_id else j.model_copy(update={"request_id": rid}), fp) for j, fp in batch]
+        got = await super().submit_many(batch, owner=owner)
+        for (job, _), one in zip(batch, got, strict=True):
+            if one.created:
+                _remember(self._submitted, job.job_id, job.created_at)
+        return got
+
     async def events(
         self,
         job_id: str,

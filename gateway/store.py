@@ -21,6 +21,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, RedisError
 
 from gateway.admission import METADATA, MODEL, OWNER, Admission, Admitted, parse
+from gateway.admission_list import ListAdmission, submit_list
 from gateway.errors import APIError
 from gateway.hub import EventHub, Subscription
 from gateway.ids import job_not_found, valid_job_id
@@ -67,6 +68,7 @@ class JobStore:
         self.settings = settings
         self.max_queue = settings.max_queue
         self._admission = Admission(r)
+        self.list_admission = ListAdmission(r)  # a list of jobs, all or none (gateway/admission_list.py)
         self.hub = EventHub(r)
         self.registry = WorkerRegistry(r, settings.worker_timeout_s)
         self.cancels = CancelBacklog(self.request_cancel)  # written once Redis is back
@@ -88,7 +90,7 @@ class JobStore:
             total += pending + lag
         return total
 
-    def _remember(self, job_id: str, model: str) -> None:
+    def remember(self, job_id: str, model: str) -> None:
         self._models[job_id] = model
         self._models.move_to_end(job_id)
         if len(self._models) > MODEL_CACHE:
@@ -105,7 +107,7 @@ class JobStore:
         if raw is None:
             return None
         model = str(_text(raw))
-        self._remember(job_id, model)
+        self.remember(job_id, model)
         return model
 
     async def _claim_id(self, job: JobRequest) -> None:
@@ -122,7 +124,7 @@ class JobStore:
                     f"job id {job.job_id} (or its Idempotency-Key) is already used for another model",
                     param="id",
                 )
-        self._remember(job.job_id, job.model)
+        self.remember(job.job_id, job.model)
 
     async def submit(
         self,
@@ -161,7 +163,7 @@ class JobStore:
             return Submitted(job.job_id, created=False, status=got.status)
         if not fresh:
             async with self.r.pipeline(transaction=False) as pipe:
-                self._index(pipe, job, owner)
+                self.index(pipe, job, owner)
                 await pipe.execute()
         ttl = max(1, int(self.settings.result_ttl_s))
         await self.replicas.confirm(
@@ -172,6 +174,10 @@ class JobStore:
             }
         )
         return Submitted(job.job_id, created=True, status=jobs.JobStatus.QUEUED.value)
+
+    async def submit_many(self, batch: list[tuple[JobRequest, str]], *, owner: str) -> list[Submitted]:
+        """Enqueue every ``(job, fingerprint)`` of a list, or none (gateway/admission_list.py)."""
+        return await submit_list(self, batch, owner)
 
     async def _admit(self, job: JobRequest, limit: int, owner: str, fingerprint: str) -> Admitted:
         """The admission script alone (loaded first if Redis does not have it)."""
@@ -191,9 +197,9 @@ class JobStore:
             self._admission.queue(
                 pipe, job, max_queue=limit, ttl_s=ttl_s, owner=owner, fingerprint=fingerprint
             )
-            self._index(pipe, job, owner)
+            self.index(pipe, job, owner)
             replies = await pipe.execute(raise_on_error=False)
-        self._remember(job.job_id, job.model)
+        self.remember(job.job_id, job.model)
         reply = replies[1]
         if isinstance(reply, NoScriptError):  # Redis restarted, or never ran the script: load it
             got = await self._admit(job, limit, owner, fingerprint)
@@ -206,7 +212,7 @@ class JobStore:
             await self.r.zrem(keys.owner_jobs(owner), job.job_id)
         return got
 
-    def _index(self, pipe: aioredis.client.Pipeline, job: JobRequest, owner: str) -> None:
+    def index(self, pipe: aioredis.client.Pipeline, job: JobRequest, owner: str) -> None:
         """Queue the job in its owner's list (``GET /v1/jobs``) in ``pipe``: a sorted set by
         submit time, trimmed to the record TTL (its own slot: not in the admission script)."""
         ttl = max(1, int(self.settings.result_ttl_s))
