@@ -30,10 +30,10 @@ from shared.schemas import JobRequest
 if TYPE_CHECKING:
     from gateway.store import JobStore, Submitted
 
-# KEYS: the n job hashes, then the m distinct streams. ARGV: group, max_queue, ttl_s, entry
-# field, the fingerprint / owner / status field names, n, the owner; then per job: its
-# stream's number (1..m), its fingerprint, its entry payload, the count of its hash's
-# field/value arguments, those arguments.
+# KEYS: the n job hashes, the m distinct streams, then their m batch-inflight sets. ARGV:
+# group, max_queue, ttl_s, entry field, the fingerprint / owner / status field names, n,
+# the owner; then per job: its stream's number (1..m), its fingerprint, its entry payload,
+# the count of its hash's field/value arguments, those arguments.
 LIST_LUA = (
     LOAD_LUA
     + """
@@ -61,7 +61,7 @@ for i = 1, n do
   end
 end
 for s, k in pairs(want) do
-  local load = stream_load(KEYS[n + s], ARGV[1], limit)
+  local load = stream_load(KEYS[n + s], ARGV[1], limit, KEYS[n + (#KEYS - n) / 2 + s])
   if load + k > limit then
     return {'full', tostring(load), tostring(k)}
   end
@@ -113,6 +113,7 @@ class ListAdmission:
     ) -> ListAdmitted:
         """Admit every ``(job, fingerprint)`` of ``batch`` on its model's job stream, or none."""
         streams: list[str] = []
+        models: list[str] = []
         args: list[str | bytes | int] = [
             keys.JOBS_GROUP,
             max_queue,
@@ -128,9 +129,11 @@ class ListAdmission:
             stream = keys.jobs_stream(job.model)
             if stream not in streams:
                 streams.append(stream)
+                models.append(job.model)
             fields = hash_fields(job, owner, fp)
             args += [streams.index(stream) + 1, fp, codec.encode(job), len(fields), *fields]
         script_keys = [keys.job_key(job.model, job.job_id) for job, _ in batch] + streams
+        script_keys += [keys.batch_inflight(m) for m in models]
         reply = await self._script(keys=script_keys, args=args)
         outcome = _text(reply[0])
         if outcome == "full":

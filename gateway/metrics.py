@@ -153,12 +153,13 @@ class MeteredStore(JobStore):
         fingerprint: str,
         max_queue: int | None = None,
         fresh: bool = False,
+        batch: bool = False,
     ) -> Submitted:
         rid = REQUEST_ID.get()
         if job.request_id is None and rid is not None:
             job = job.model_copy(update={"request_id": rid})
         got = await super().submit(
-            job, owner=owner, fingerprint=fingerprint, max_queue=max_queue, fresh=fresh
+            job, owner=owner, fingerprint=fingerprint, max_queue=max_queue, fresh=fresh, batch=batch
         )
         if got.created:
             _remember(self._submitted, job.job_id, job.created_at)

@@ -21,6 +21,12 @@ class GatewaySettings(EnvSettings):
     max_queue: int = Field(
         default=1000, ge=1, description="new jobs get a 429 while this many are waiting or running"
     )
+    max_batch_queue: int = Field(
+        default=100_000,
+        ge=1,
+        description="batch (/v1/batches) jobs waiting per model before a batch's further lines fail "
+        "with queue_full; they never count against max_queue, and run only when no live job waits",
+    )
     admin_token: str | None = Field(
         default=None, description="bearer token of the /admin routes; none: they answer 403"
     )

@@ -134,6 +134,7 @@ class JobStore:
         fingerprint: str,
         max_queue: int | None = None,
         fresh: bool = False,
+        batch: bool = False,
     ) -> Submitted:
         """Enqueue ``job`` atomically (429 past the backlog limit). An id already taken by the
         same owner with the same fingerprint is the same job (returned, not enqueued again);
@@ -146,13 +147,18 @@ class JobStore:
         or retry holds it: the binding, the admission and the owner's index then go in one
         round trip (``_admit_fresh``) instead of three."""
         limit = self.max_queue if max_queue is None else max_queue
-        if fresh:
+        if batch:  # the batch band: its own stream and limit (never live load)
+            limit = self.settings.max_batch_queue if max_queue is None else max_queue
+            await self._claim_id(job)
+            got = await self._admit(job, limit, owner, fingerprint, batch=True)
+        elif fresh:
             got = await self._admit_fresh(job, limit, owner, fingerprint)
         else:
             await self._claim_id(job)
             got = await self._admit(job, limit, owner, fingerprint)
         if got.outcome == "full":
-            raise APIError.of(ErrorCode.QUEUE_FULL, f"server busy: {got.load} jobs queued (limit {limit})")
+            band = "batch jobs" if batch else "jobs"
+            raise APIError.of(ErrorCode.QUEUE_FULL, f"server busy: {got.load} {band} queued (limit {limit})")
         if got.outcome == "exists":
             if got.owner != owner or got.fingerprint != fingerprint:
                 raise APIError.of(
@@ -161,7 +167,7 @@ class JobStore:
                     param="id",
                 )
             return Submitted(job.job_id, created=False, status=got.status)
-        if not fresh:
+        if batch or not fresh:
             async with self.r.pipeline(transaction=False) as pipe:
                 self.index(pipe, job, owner)
                 await pipe.execute()
@@ -179,11 +185,13 @@ class JobStore:
         """Enqueue every ``(job, fingerprint)`` of a list, or none (gateway/admission_list.py)."""
         return await submit_list(self, batch, owner)
 
-    async def _admit(self, job: JobRequest, limit: int, owner: str, fingerprint: str) -> Admitted:
+    async def _admit(
+        self, job: JobRequest, limit: int, owner: str, fingerprint: str, *, batch: bool = False
+    ) -> Admitted:
         """The admission script alone (loaded first if Redis does not have it)."""
         ttl_s = self.settings.result_ttl_s
         return await self._admission.submit(
-            job, max_queue=limit, ttl_s=ttl_s, owner=owner, fingerprint=fingerprint
+            job, max_queue=limit, ttl_s=ttl_s, owner=owner, fingerprint=fingerprint, batch=batch
         )
 
     async def _admit_fresh(self, job: JobRequest, limit: int, owner: str, fingerprint: str) -> Admitted:

@@ -45,6 +45,7 @@ def _add_gateway(p: argparse.ArgumentParser, cls: type[GatewaySettings]) -> None
     add(p, "--host", cls, "host")
     add(p, "--port", cls, "port", type=int)
     add(p, "--max-queue", cls, "max_queue", type=int)
+    add(p, "--max-batch-queue", cls, "max_batch_queue", type=int)
     add(p, "--webhook-secret", cls, "webhook_secret")
     add(
         p,

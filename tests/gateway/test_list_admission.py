@@ -55,7 +55,8 @@ async def test_a_retried_keyed_list_is_the_same_jobs_and_a_changed_one_conflicts
     bodies = [{"prompt": f"p{i}"} for i in range(3)]
     async with gateway(r, max_queue=3) as gw:
         first = await gw.post("/v1/jobs", json=bodies, headers={"Idempotency-Key": "k"})
-        again = await gw.post("/v1/jobs", json=bodies, headers={"Idempotency-Key": "k"})  # full queue: still ok
+        # The queue is full now: a retry still gets its jobs.
+        again = await gw.post("/v1/jobs", json=bodies, headers={"Idempotency-Key": "k"})
         changed = await gw.post(
             "/v1/jobs", json=[*bodies[:2], {"prompt": "other"}], headers={"Idempotency-Key": "k"}
         )

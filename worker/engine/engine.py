@@ -276,7 +276,9 @@ class LLMEngine(Engine):
         if isinstance(exc, GrammarError):  # the request's constraint failed: its fault (a 400)
             seq.fail(ErrorCode.BAD_REQUEST, f"the request's constraint failed: {exc}"[:2000])
         else:
-            seq.fail(ErrorCode.ENGINE_ERROR, f"the engine failed on this request: {type(exc).__name__}: {exc}")
+            seq.fail(
+                ErrorCode.ENGINE_ERROR, f"the engine failed on this request: {type(exc).__name__}: {exc}"
+            )
         return [seq]
 
     def _retire(self, touched: list[Sequence]) -> list[RequestOutput]:
