@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 import redis.asyncio as aioredis
 
-from shared import keys
+from shared import codec, keys
+from shared.schemas import JobRequest
 from tests.gateway.conftest import MODEL, gateway
 
 pytestmark = pytest.mark.anyio
@@ -64,3 +65,25 @@ async def test_a_retried_keyed_list_is_the_same_jobs_and_a_changed_one_conflicts
     assert [d["id"] for d in again.json()["data"]] == [d["id"] for d in first.json()["data"]]
     assert changed.status_code == 409, changed.text
     assert await r.xlen(keys.jobs_stream(MODEL)) == 3
+
+
+async def test_concurrent_lists_never_overfill_the_queue_or_land_in_part(r: aioredis.Redis) -> None:
+    import anyio
+
+    codes: list[int] = []
+    async with gateway(r, max_queue=10) as gw:
+
+        async def submit(i: int) -> None:
+            resp = await gw.post("/v1/jobs", json=[{"prompt": f"l{i}-{j}"} for j in range(3)])
+            codes.append(resp.status_code)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(12):
+                tg.start_soon(submit, i)
+    assert sorted(codes) == [202] * 3 + [429] * 9  # 3 lists of 3 fit in 10; a 4th would not
+    prompts = [
+        codec.decode_as(f[codec.FIELD], JobRequest).prompt for _, f in await r.xrange(keys.jobs_stream(MODEL))
+    ]
+    assert len(prompts) == 9
+    lists = {p.split("-")[0] for p in prompts if p}
+    assert all(sum(p.startswith(f"{x}-") for p in prompts if p) == 3 for x in lists)  # whole lists only
