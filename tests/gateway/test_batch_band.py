@@ -49,6 +49,8 @@ async def test_a_full_batch_band_leaves_live_traffic_admitted(r: aioredis.Redis)
         assert chat.status_code == 429
         more = await _batch(gw, 1)  # and the batch band is full too
         assert more["request_counts"]["failed"] == 1
+        health = (await gw.get("/health")).json()
+        assert health["queued"] == 2 and health["batch_queued"] == 3
 
 
 async def test_live_jobs_are_read_before_batch_jobs_and_moved_ones_are_not_live_load(
