@@ -25,39 +25,56 @@ FINGERPRINT = "fingerprint"  # digest of the request: a reused id with another b
 MODEL = "model"  # the served model whose queue holds the job
 METADATA = "metadata"  # the client's metadata (JSON), returned by GET /v1/jobs/{id}
 
-# KEYS: job hash, the model's job stream (one hash tag). ARGV: group, max_queue, ttl_s,
+# The load of a stream's group (pending + lag): the jobs running plus waiting for a worker.
+# Creates the group (from 0, so queued jobs count as lag) when no worker ever started.
+LOAD_LUA = """
+local function stream_load(stream, group, limit, inflight)
+  if not inflight then  -- the batch band: no group reads it, every entry waits
+    return redis.call('XLEN', stream)
+  end
+  -- Batch entries a worker moved onto the live stream are not live load (keys.batch_inflight).
+  local moved = 0
+  for _, id in ipairs(redis.call('SMEMBERS', inflight)) do
+    if #redis.call('XRANGE', stream, id, id) > 0 then
+      moved = moved + 1
+    else
+      redis.call('SREM', inflight, id)
+    end
+  end
+  local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', stream)
+  if ok then
+    for _, g in ipairs(groups) do
+      local t = {}
+      for i = 1, #g, 2 do t[g[i]] = g[i + 1] end
+      if t['name'] == group then
+        local lag = t['lag']
+        if not lag then  -- unknown after deletions: count the undelivered entries
+          lag = #redis.call('XRANGE', stream, '(' .. t['last-delivered-id'], '+', 'COUNT', limit + 1)
+        end
+        return math.max(0, tonumber(t['pending']) + lag - moved)
+      end
+    end
+    redis.call('XGROUP', 'CREATE', stream, group, '0')
+  else
+    redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
+  end
+  return math.max(0, redis.call('XLEN', stream) - moved)
+end
+"""
+
+# KEYS: job hash, the model's job stream, its batch-inflight set (one hash tag; no third key:
+# the stream is the batch band, whose load is its length). ARGV: group, max_queue, ttl_s,
 # entry field, entry payload, the fingerprint / owner / status field names, then field,
 # value pairs for the hash.
-SUBMIT_LUA = """
+SUBMIT_LUA = (
+    LOAD_LUA
+    + """
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local got = redis.call('HMGET', KEYS[1], ARGV[6], ARGV[7], ARGV[8])
   return {'exists', got[1] or '', got[2] or '', got[3] or ''}
 end
 local limit = tonumber(ARGV[2])
-local load = nil
-local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[2])
-if ok then
-  for _, g in ipairs(groups) do
-    local t = {}
-    for i = 1, #g, 2 do t[g[i]] = g[i + 1] end
-    if t['name'] == ARGV[1] then
-      local lag = t['lag']
-      if not lag then  -- unknown after deletions: count the undelivered entries
-        lag = #redis.call('XRANGE', KEYS[2], '(' .. t['last-delivered-id'], '+', 'COUNT', limit + 1)
-      end
-      load = tonumber(t['pending']) + lag
-    end
-  end
-end
-if load == nil then
-  -- No group yet (no worker ever started): create it from 0 so queued jobs count as lag.
-  if ok then
-    redis.call('XGROUP', 'CREATE', KEYS[2], ARGV[1], '0')
-  else
-    redis.call('XGROUP', 'CREATE', KEYS[2], ARGV[1], '0', 'MKSTREAM')
-  end
-  load = redis.call('XLEN', KEYS[2])
-end
+local load = stream_load(KEYS[2], ARGV[1], limit, KEYS[3])
 if load >= limit then
   return {'full', tostring(load)}
 end
@@ -68,6 +85,7 @@ redis.call('EXPIRE', KEYS[1], ARGV[3])
 local id = redis.call('XADD', KEYS[2], '*', ARGV[4], ARGV[5])
 return {'ok', id}
 """
+)
 
 
 @dataclass(frozen=True)
@@ -88,9 +106,19 @@ class Admission:
         self.sha = hashlib.sha1(SUBMIT_LUA.encode()).hexdigest()
 
     async def submit(
-        self, job: JobRequest, *, max_queue: int, ttl_s: float, owner: str, fingerprint: str
+        self,
+        job: JobRequest,
+        *,
+        max_queue: int,
+        ttl_s: float,
+        owner: str,
+        fingerprint: str,
+        batch: bool = False,
     ) -> Admitted:
-        script_keys, args = _call(job, max_queue=max_queue, ttl_s=ttl_s, owner=owner, fingerprint=fingerprint)
+        """Admit ``job`` on its model's job stream, or (``batch``) on its batch band."""
+        script_keys, args = _call(
+            job, max_queue=max_queue, ttl_s=ttl_s, owner=owner, fingerprint=fingerprint, batch=batch
+        )
         return parse(await self._script(keys=script_keys, args=args))
 
     def queue(
@@ -111,8 +139,22 @@ class Admission:
         pipe.execute_command("EVALSHA", self.sha, len(script_keys), *script_keys, *args)
 
 
+def hash_fields(job: JobRequest, owner: str, fingerprint: str) -> list[str | bytes | int]:
+    """The job hash's field, value pairs as the admission writes them."""
+    args: list[str | bytes | int] = [
+        jobs.STATUS,
+        jobs.JobStatus.QUEUED.value,
+        jobs.CREATED_AT,
+        repr(job.created_at),
+    ]
+    args += [OWNER, owner, FINGERPRINT, fingerprint, MODEL, job.model]
+    if job.metadata:
+        args += [METADATA, json.dumps(job.metadata, ensure_ascii=False)]
+    return args
+
+
 def _call(
-    job: JobRequest, *, max_queue: int, ttl_s: float, owner: str, fingerprint: str
+    job: JobRequest, *, max_queue: int, ttl_s: float, owner: str, fingerprint: str, batch: bool = False
 ) -> tuple[list[str], list[str | bytes | int]]:
     """The script's keys and arguments for ``job``."""
     args: list[str | bytes | int] = [
@@ -125,12 +167,15 @@ def _call(
         OWNER,
         jobs.STATUS,
     ]
-    args += [jobs.STATUS, jobs.JobStatus.QUEUED.value, jobs.CREATED_AT, repr(job.created_at)]
-    args += [OWNER, owner, FINGERPRINT, fingerprint, MODEL, job.model]
-    if job.metadata:
-        args += [METADATA, json.dumps(job.metadata, ensure_ascii=False)]
-    # Both keys carry the model's hash tag: one Redis Cluster slot.
-    return [keys.job_key(job.model, job.job_id), keys.jobs_stream(job.model)], args
+    args += hash_fields(job, owner, fingerprint)
+    # Every key carries the model's hash tag: one Redis Cluster slot.
+    if batch:
+        return [keys.job_key(job.model, job.job_id), keys.batch_stream(job.model)], args
+    return [
+        keys.job_key(job.model, job.job_id),
+        keys.jobs_stream(job.model),
+        keys.batch_inflight(job.model),
+    ], args
 
 
 def parse(reply: list[Any]) -> Admitted:

@@ -3,8 +3,10 @@
 - A file (``POST /v1/files``, purpose ``batch``, JSONL) is a hash ``keys.file_key`` with its
   owner and content, expiring with the result TTL; its size is bounded by the body limit.
 - A batch (``POST /v1/batches``) validates every line as its endpoint's request, enqueues one
-  job per valid line (job id ``<batch id>-<line>``; batches queue behind the live traffic
-  and do not count against ``--max-queue``), and records the lines that failed.
+  job per valid line (job id ``<batch id>-<line>``) on the model's batch band
+  (``keys.batch_stream``: bounded by ``--max-batch-queue``, never counted against
+  ``--max-queue``; a worker moves its jobs onto the job stream only while no live job waits,
+  worker/intake.py ``promote_batch``), and records the lines that failed.
 - Its state is computed when read: the jobs' statuses give ``request_counts``; once every
   job is over the output and error files are written (OpenAI's line format:
   ``{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}``)
@@ -33,7 +35,6 @@ from shared.schemas import ErrorEvent, FinishEvent, JobRequest
 
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions")
 MAX_LINES = 50_000
-BATCH_QUEUE = 10**12  # batch jobs wait behind everything; the queue limit is for live traffic
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 
 
@@ -202,7 +203,7 @@ async def create(
         entry: dict[str, Any] = {"custom_id": req["custom_id"], "job_id": None, "error": None}
         try:
             job = await _job_for(store, endpoint, req["body"], job_id)
-            await store.submit(job, owner=owner, fingerprint=f"batch:{batch_id}:{i}", max_queue=BATCH_QUEUE)
+            await store.submit(job, owner=owner, fingerprint=f"batch:{batch_id}:{i}", batch=True)
             entry["job_id"], entry["model"] = job_id, job.model
         except APIError as err:
             entry["error"] = {"status": err.status, "body": err.body()}

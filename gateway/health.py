@@ -2,7 +2,8 @@
 
 - ``GET /health/live``: 200 while the process serves HTTP (no Redis call): restart it if not.
 - ``GET /health``: liveness too (always 200 while up), with what it can tell of the rest:
-  live workers and queued jobs, or ``"store": "unavailable"`` when Redis does not answer.
+  live workers, queued jobs and batch jobs waiting in their band (``batch_queued``), or
+  ``"store": "unavailable"`` when Redis does not answer.
 - ``GET /health/ready``: 200 only with at least one live, non-draining worker and Redis up;
   else 503 with Retry-After. Reports the planner's latest decision: its age, version and
   whether it is stale (workers then run a built-in fallback rule: still ready).
@@ -18,6 +19,7 @@ from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
 from gateway.store import JobStore
+from shared import keys
 
 router = APIRouter()
 
@@ -38,9 +40,13 @@ async def health(request: Request) -> dict[str, Any]:
     try:
         workers = await store.registry.workers()
         queued = await store.queue_load()
+        batch_queued = sum(
+            [await store.r.xlen(keys.batch_stream(m)) for m in sorted({w.model for w in workers})]
+        )
     except (RedisError, OSError):
         return {"status": "ok", "store": "unavailable"}
-    return {"status": "ok", "workers": len(workers), "queued": queued}
+    # batch_queued: batch jobs waiting in their band (not yet on a job stream; never in queued's limit)
+    return {"status": "ok", "workers": len(workers), "queued": queued, "batch_queued": batch_queued}
 
 
 async def readiness(store: JobStore) -> tuple[bool, dict[str, Any]]:

@@ -153,15 +153,26 @@ class MeteredStore(JobStore):
         fingerprint: str,
         max_queue: int | None = None,
         fresh: bool = False,
+        batch: bool = False,
     ) -> Submitted:
         rid = REQUEST_ID.get()
         if job.request_id is None and rid is not None:
             job = job.model_copy(update={"request_id": rid})
         got = await super().submit(
-            job, owner=owner, fingerprint=fingerprint, max_queue=max_queue, fresh=fresh
+            job, owner=owner, fingerprint=fingerprint, max_queue=max_queue, fresh=fresh, batch=batch
         )
         if got.created:
             _remember(self._submitted, job.job_id, job.created_at)
+        return got
+
+    async def submit_many(self, batch: list[tuple[JobRequest, str]], *, owner: str) -> list[Submitted]:
+        rid = REQUEST_ID.get()
+        if rid is not None:
+            batch = [(j if j.request_id else j.model_copy(update={"request_id": rid}), fp) for j, fp in batch]
+        got = await super().submit_many(batch, owner=owner)
+        for (job, _), one in zip(batch, got, strict=True):
+            if one.created:
+                _remember(self._submitted, job.job_id, job.created_at)
         return got
 
     async def events(

@@ -27,7 +27,16 @@ from gateway.chat_messages import chat_message
 from gateway.errors import APIError, from_validation
 from gateway.tools import ToolChoice, ToolOutput, check_tools
 from shared.errors import ErrorCode
-from shared.schemas import INT32_MAX, MAX_LOGPROBS, MAX_TOKEN_ID, ChatMessage, SamplingParams, valid_text
+from shared.schemas import (
+    INT32_MAX,
+    MAX_LOGPROBS,
+    MAX_REPETITION_PENALTY,
+    MAX_TOKEN_ID,
+    MIN_REPETITION_PENALTY,
+    ChatMessage,
+    SamplingParams,
+    valid_text,
+)
 from shared.structured import StructuredOutput, Tool
 
 __all__ = ["ChatRequest", "CompletionRequest", "check_processors"]
@@ -107,8 +116,8 @@ class ResponseFormat(_Lenient):
 class _Common(_Lenient):
     model: str | None = Field(default=None, max_length=256)
     max_tokens: int | None = Field(default=None, ge=1, le=INT32_MAX)
-    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0, allow_inf_nan=False)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, allow_inf_nan=False)
     n: int = Field(default=1, ge=1, le=MAX_N)
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -117,9 +126,11 @@ class _Common(_Lenient):
     user: str | None = None
     metadata: dict[str, str] | None = None
     store: bool | None = None
-    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
-    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
-    repetition_penalty: float = Field(default=1.0, gt=0.0, le=10.0)
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0, allow_inf_nan=False)
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0, allow_inf_nan=False)
+    repetition_penalty: float = Field(
+        default=1.0, ge=MIN_REPETITION_PENALTY, le=MAX_REPETITION_PENALTY, allow_inf_nan=False
+    )
     logit_bias: dict[str, float] | None = None
     response_format: ResponseFormat | None = None
     # vLLM's extensions.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Query, Request
@@ -135,16 +136,46 @@ async def submit(
         raise APIError.of(
             ErrorCode.BAD_REQUEST, f"submit 1 to {MAX_JOBS_PER_SUBMIT} jobs at a time", param="body"
         )
-    data = []
+    # All or nothing: every job is checked first (any 4xx refuses the list), then one
+    # script admits them all or none (gateway/admission_list.py).
+    prepared = []
     for i, one in enumerate(body):
         # Job i of a keyed list is the key's job "<key>#<i>": a retry of the list finds them all.
         key = None if idempotency_key is None else f"{idempotency_key}#{i}"
-        got = await _submit_one(request, one, key)
-        data.append({"id": got.job_id, "status": got.status})
+        prepared.append(await _prepare(request, one, key))
+    ids = [p.job.job_id for p in prepared]
+    if len(set(ids)) != len(ids):
+        raise APIError.of(ErrorCode.BAD_REQUEST, "the jobs of a list need distinct ids", param="id")
+    store = _store(request)
+    admitted = await store.submit_many([(p.job, p.fingerprint) for p in prepared], owner=owner(request))
+    for p, done in zip(prepared, admitted, strict=True):
+        if p.webhook_url is not None and done.created:
+            await webhooks.register(store, "job", done.job_id, p.webhook_url, owner(request))
+    data = [{"id": done.job_id, "status": done.status} for done in admitted]
     return JSONResponse({"object": "list", "data": data}, status_code=202)
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A job checked and ready for admission."""
+
+    job: JobRequest
+    fingerprint: str
+    fresh: bool  # a new random id (no retry can hold it)
+    webhook_url: str | None
+
+
 async def _submit_one(request: Request, body: JobSubmission, idempotency_key: str | None) -> Submitted:
+    p = await _prepare(request, body, idempotency_key)
+    store = _store(request)
+    got = await store.submit(p.job, owner=owner(request), fingerprint=p.fingerprint, fresh=p.fresh)
+    if p.webhook_url is not None and got.created:
+        await webhooks.register(store, "job", got.job_id, p.webhook_url, owner(request))
+    return got
+
+
+async def _prepare(request: Request, body: JobSubmission, idempotency_key: str | None) -> Prepared:
+    """The job of ``body``, checked (APIError otherwise); nothing written yet."""
     store = _store(request)
     job_id, stable = chosen_job_id(request, body.id, idempotency_key)
     cap = await capacity(store, job_id if stable else None, body.model)
@@ -173,10 +204,7 @@ async def _submit_one(request: Request, body: JobSubmission, idempotency_key: st
     url = webhooks.check_url(body.webhook_url)
     # include_spec is how the tokens are delivered, not what is asked: a retry may differ.
     fp = fingerprint("jobs", body.model_dump(mode="json", exclude={"id", "include_spec"}))
-    got = await store.submit(job, owner=owner(request), fingerprint=fp, fresh=not stable)
-    if url is not None and got.created:
-        await webhooks.register(store, "job", got.job_id, url, owner(request))
-    return got
+    return Prepared(job, fp, not stable, url)
 
 
 @router.get("/v1/jobs")

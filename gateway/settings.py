@@ -21,6 +21,12 @@ class GatewaySettings(EnvSettings):
     max_queue: int = Field(
         default=1000, ge=1, description="new jobs get a 429 while this many are waiting or running"
     )
+    max_batch_queue: int = Field(
+        default=100_000,
+        ge=1,
+        description="batch (/v1/batches) jobs waiting per model before a batch's further lines fail "
+        "with queue_full; they never count against max_queue, and run only when no live job waits",
+    )
     admin_token: str | None = Field(
         default=None, description="bearer token of the /admin routes; none: they answer 403"
     )
@@ -40,6 +46,19 @@ class GatewaySettings(EnvSettings):
     api_keys: CommaList = Field(
         default=(),
         description="API keys the /v1 routes accept (Bearer); each key sees only its own jobs; none: open",
+    )
+    auth_failures_per_min: int = Field(
+        default=20,
+        ge=0,
+        description="failed API-key attempts a client address may make in a minute; past them its "
+        "requests get a 429 with Retry-After instead of a 401 (0: no limit)",
+    )
+    metrics_require_key: bool = Field(
+        default=False, description="with API keys configured, /metrics needs one too (Bearer)"
+    )
+    docs_require_key: bool = Field(
+        default=True,
+        description="with API keys configured, /docs, /redoc and /openapi.json need one too (Bearer)",
     )
     rate_limit_rps: float = Field(
         default=0.0, ge=0, description="requests/s per API key (per client address when open); 0: no limit"

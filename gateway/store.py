@@ -19,6 +19,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, RedisError
 
 from gateway.admission import METADATA, MODEL, OWNER, Admission, Admitted, parse
+from gateway.admission_list import ListAdmission, submit_list
 from gateway.errors import APIError
 from gateway.hub import EventHub
 from gateway.ids import job_not_found, valid_job_id
@@ -55,6 +56,7 @@ class JobStore(JobEvents):
         self.settings = settings
         self.max_queue = settings.max_queue
         self._admission = Admission(r)
+        self.list_admission = ListAdmission(r)  # a list of jobs, all or none (gateway/admission_list.py)
         self.hub = EventHub(r)
         self.registry = WorkerRegistry(r, settings.worker_timeout_s)
         self.cancels = CancelBacklog(self.request_cancel)  # written once Redis is back
@@ -76,7 +78,7 @@ class JobStore(JobEvents):
             total += pending + lag
         return total
 
-    def _remember(self, job_id: str, model: str) -> None:
+    def remember(self, job_id: str, model: str) -> None:
         self._models[job_id] = model
         self._models.move_to_end(job_id)
         if len(self._models) > MODEL_CACHE:
@@ -93,7 +95,7 @@ class JobStore(JobEvents):
         if raw is None:
             return None
         model = str(_text(raw))
-        self._remember(job_id, model)
+        self.remember(job_id, model)
         return model
 
     async def _claim_id(self, job: JobRequest) -> None:
@@ -110,7 +112,7 @@ class JobStore(JobEvents):
                     f"job id {job.job_id} (or its Idempotency-Key) is already used for another model",
                     param="id",
                 )
-        self._remember(job.job_id, job.model)
+        self.remember(job.job_id, job.model)
 
     async def submit(
         self,
@@ -120,6 +122,7 @@ class JobStore(JobEvents):
         fingerprint: str,
         max_queue: int | None = None,
         fresh: bool = False,
+        batch: bool = False,
     ) -> Submitted:
         """Enqueue ``job`` atomically (429 past the backlog limit). An id already taken by the
         same owner with the same fingerprint is the same job (returned, not enqueued again);
@@ -132,13 +135,18 @@ class JobStore(JobEvents):
         or retry holds it: the binding, the admission and the owner's index then go in one
         round trip (``_admit_fresh``) instead of three."""
         limit = self.max_queue if max_queue is None else max_queue
-        if fresh:
+        if batch:  # the batch band: its own stream and limit (never live load)
+            limit = self.settings.max_batch_queue if max_queue is None else max_queue
+            await self._claim_id(job)
+            got = await self._admit(job, limit, owner, fingerprint, batch=True)
+        elif fresh:
             got = await self._admit_fresh(job, limit, owner, fingerprint)
         else:
             await self._claim_id(job)
             got = await self._admit(job, limit, owner, fingerprint)
         if got.outcome == "full":
-            raise APIError.of(ErrorCode.QUEUE_FULL, f"server busy: {got.load} jobs queued (limit {limit})")
+            band = "batch jobs" if batch else "jobs"
+            raise APIError.of(ErrorCode.QUEUE_FULL, f"server busy: {got.load} {band} queued (limit {limit})")
         if got.outcome == "exists":
             if got.owner != owner or got.fingerprint != fingerprint:
                 raise APIError.of(
@@ -147,9 +155,9 @@ class JobStore(JobEvents):
                     param="id",
                 )
             return Submitted(job.job_id, created=False, status=got.status)
-        if not fresh:
+        if batch or not fresh:
             async with self.r.pipeline(transaction=False) as pipe:
-                self._index(pipe, job, owner)
+                self.index(pipe, job, owner)
                 await pipe.execute()
         ttl = max(1, int(self.settings.result_ttl_s))
         await self.replicas.confirm(
@@ -161,11 +169,17 @@ class JobStore(JobEvents):
         )
         return Submitted(job.job_id, created=True, status=jobs.JobStatus.QUEUED.value)
 
-    async def _admit(self, job: JobRequest, limit: int, owner: str, fingerprint: str) -> Admitted:
+    async def submit_many(self, batch: list[tuple[JobRequest, str]], *, owner: str) -> list[Submitted]:
+        """Enqueue every ``(job, fingerprint)`` of a list, or none (gateway/admission_list.py)."""
+        return await submit_list(self, batch, owner)
+
+    async def _admit(
+        self, job: JobRequest, limit: int, owner: str, fingerprint: str, *, batch: bool = False
+    ) -> Admitted:
         """The admission script alone (loaded first if Redis does not have it)."""
         ttl_s = self.settings.result_ttl_s
         return await self._admission.submit(
-            job, max_queue=limit, ttl_s=ttl_s, owner=owner, fingerprint=fingerprint
+            job, max_queue=limit, ttl_s=ttl_s, owner=owner, fingerprint=fingerprint, batch=batch
         )
 
     async def _admit_fresh(self, job: JobRequest, limit: int, owner: str, fingerprint: str) -> Admitted:
@@ -179,9 +193,9 @@ class JobStore(JobEvents):
             self._admission.queue(
                 pipe, job, max_queue=limit, ttl_s=ttl_s, owner=owner, fingerprint=fingerprint
             )
-            self._index(pipe, job, owner)
+            self.index(pipe, job, owner)
             replies = await pipe.execute(raise_on_error=False)
-        self._remember(job.job_id, job.model)
+        self.remember(job.job_id, job.model)
         reply = replies[1]
         if isinstance(reply, NoScriptError):  # Redis restarted, or never ran the script: load it
             got = await self._admit(job, limit, owner, fingerprint)
@@ -194,7 +208,7 @@ class JobStore(JobEvents):
             await self.r.zrem(keys.owner_jobs(owner), job.job_id)
         return got
 
-    def _index(self, pipe: aioredis.client.Pipeline, job: JobRequest, owner: str) -> None:
+    def index(self, pipe: aioredis.client.Pipeline, job: JobRequest, owner: str) -> None:
         """Queue the job in its owner's list (``GET /v1/jobs``) in ``pipe``: a sorted set by
         submit time, trimmed to the record TTL (its own slot: not in the admission script)."""
         ttl = max(1, int(self.settings.result_ttl_s))

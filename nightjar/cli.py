@@ -45,6 +45,7 @@ def _add_gateway(p: argparse.ArgumentParser, cls: type[GatewaySettings]) -> None
     add(p, "--host", cls, "host")
     add(p, "--port", cls, "port", type=int)
     add(p, "--max-queue", cls, "max_queue", type=int)
+    add(p, "--max-batch-queue", cls, "max_batch_queue", type=int)
     add(p, "--webhook-secret", cls, "webhook_secret")
     add(
         p,
@@ -58,6 +59,9 @@ def _add_gateway(p: argparse.ArgumentParser, cls: type[GatewaySettings]) -> None
     )
     add(p, "--rate-limit", cls, "rate_limit_rps", type=float)
     add(p, "--rate-burst", cls, "rate_limit_burst", type=int)
+    add(p, "--auth-failures-per-min", cls, "auth_failures_per_min", type=int)
+    add(p, "--metrics-require-key", cls, "metrics_require_key", action=argparse.BooleanOptionalAction)
+    add(p, "--docs-require-key", cls, "docs_require_key", action=argparse.BooleanOptionalAction)
     add(p, "--request-timeout", cls, "request_timeout_s", type=float)
     add(p, "--outage-grace", cls, "outage_grace_s", type=float)
     add_result_ttl(p, cls)

@@ -47,8 +47,8 @@ def _grammar(key: str) -> str:
             return llguidance.grammar_from("choice", json.dumps(spec.choice))
         assert spec.grammar is not None
         return llguidance.grammar_from("grammar", spec.grammar)
-    except ValueError as exc:
-        return json.dumps({"error": str(exc)})  # refused by _problem
+    except (ValueError, RuntimeError, RecursionError) as exc:  # the engine's refusals: a 400
+        return json.dumps({"error": str(exc) or type(exc).__name__})  # refused by _problem
 
 
 @lru_cache(maxsize=512)

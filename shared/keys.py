@@ -38,6 +38,18 @@ def jobs_stream(model: str) -> str:
     return _q(model) + "jobs"
 
 
+def batch_stream(model: str) -> str:
+    """The model's batch band (/v1/batches): jobs waiting until the model's workers have
+    nothing live to do; a worker moves them onto ``jobs_stream`` then (no group reads it)."""
+    return _q(model) + "jobs:batch"
+
+
+def batch_inflight(model: str) -> str:
+    """Ids of the ``jobs_stream`` entries moved there from ``batch_stream``: the live
+    admission does not count those that are still on the stream."""
+    return _q(model) + "jobs:batch:inflight"
+
+
 def dead_letter_stream(model: str) -> str:
     """The model's dead letters: malformed entries and jobs started too often."""
     return _q(model) + "jobs:dead"

@@ -30,6 +30,10 @@ class Message(BaseModel):
 
 # Bounds that keep every value packable (msgpack: 64-bit ints, UTF-8 strings) and sane.
 INT32_MAX = 2**31 - 1
+# repetition_penalty divides positive logits: a floor keeps them finite (a logit of at most
+# ~1e4 over 1e-2 is far from float32's 3.4e38; an unbounded 1e-300 made them inf, then NaN).
+MIN_REPETITION_PENALTY = 1e-2
+MAX_REPETITION_PENALTY = 10.0
 TEMPERATURE_FLOOR = 1e-4  # 0 < temperature < this is raised to it: float32 must not round it to 0
 MAX_TOKEN_ID = INT32_MAX
 JOB_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"  # never ':' or braces: ids become parts of Redis keys
@@ -57,8 +61,8 @@ class SamplingParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_tokens: int = Field(default=64, ge=1, le=32768)
-    temperature: float = Field(default=0.0, ge=0.0, le=10.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    temperature: float = Field(default=0.0, ge=0.0, le=10.0, allow_inf_nan=False)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, allow_inf_nan=False)
     top_k: int = Field(default=0, ge=0, le=INT32_MAX)  # 0 = no top-k filter
     seed: int | None = Field(default=None, ge=0, lt=2**63)
     stop: list[str] = Field(default_factory=list, max_length=16)
@@ -69,7 +73,9 @@ class SamplingParams(BaseModel):
     stop_token_ids: list[TokenId] = Field(default_factory=list, max_length=256)
     presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0, allow_inf_nan=False)
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0, allow_inf_nan=False)
-    repetition_penalty: float = Field(default=1.0, gt=0.0, le=10.0, allow_inf_nan=False)
+    repetition_penalty: float = Field(
+        default=1.0, ge=MIN_REPETITION_PENALTY, le=MAX_REPETITION_PENALTY, allow_inf_nan=False
+    )
     logit_bias: dict[TokenId, Bias] = Field(default_factory=dict, max_length=1024)
     # The target's raw log-softmax (before any processor or temperature): None = none, k = each
     # output token's and the top k at its position; prompt_logprobs: the same for the prompt.

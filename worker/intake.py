@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from shared import codec, keys
+from shared.batch_band import BatchBand
 from shared.streams import Entry, ensure_group, entries, id_str
 
 
@@ -33,6 +34,7 @@ class JobIntake:
         self._claim_cursor = "0-0"
         self.autoclaim_s = autoclaim_s  # the sweep's period (0: every call sweeps)
         self._claim_due = float("-inf")  # monotonic time of the next sweep
+        self._batch = BatchBand(r, model)
 
     async def setup(self) -> None:
         await ensure_group(self.r, self.stream, keys.JOBS_GROUP)
@@ -60,6 +62,17 @@ class JobIntake:
             await self.setup()
             return []
         return entries(resp)
+
+    async def read_live_then_batch(self, count: int, block_ms: int | None) -> list[Entry]:
+        """New entries: live ones first; with none waiting, up to ``count`` batch jobs moved
+        onto the stream (shared/batch_band.py); with none of either, a read blocking up to
+        ``block_ms`` (None: no such read)."""
+        got = await self.read_new(count, None)
+        if not got and await self._batch.promote(count):
+            got = await self.read_new(count, None)
+        if got or block_ms is None:
+            return got
+        return await self.read_new(count, block_ms)
 
     def block_ms(self, limit_ms: int) -> int:
         """How long a read of new entries may block: ``limit_ms``, but never past the next

@@ -224,7 +224,7 @@ class WorkerService:
         if not got:
             got = await self.intake.read_own_pending(free)
         if not got:
-            got = await self.intake.read_new(free, self.intake.block_ms(self.settings.block_ms))
+            got = await self.intake.read_live_then_batch(free, self.intake.block_ms(self.settings.block_ms))
         await self._take_all(got)
 
     async def _take_all(self, got: list[Entry]) -> None:
@@ -283,7 +283,9 @@ class WorkerService:
         """Take jobs until the stream has none left and every taken job ended."""
         while True:
             free = await self._wait_for_slot()
-            got = await self.intake.read_own_pending(free) or await self.intake.read_new(free, None)
+            got = await self.intake.read_own_pending(free) or await self.intake.read_live_then_batch(
+                free, None
+            )
             if got:
                 await self._take_all(got)
             elif not len(self.running):

@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from shared import codec, jobs, keys
+from shared.batch_band import BatchBand
 from shared.control import WorkerInfo
 from shared.schemas import FinishEvent, JobEvent, JobRequest, StartEvent, TokenEvent
 from shared.streams import ensure_group, entries
@@ -97,9 +98,15 @@ async def scripted_worker(
     stream = keys.jobs_stream(model)
     await ensure_group(r, stream, keys.JOBS_GROUP)
 
+    band = BatchBand(r, model)
+
     async def serve() -> None:
         while True:
-            resp = await r.xreadgroup(keys.JOBS_GROUP, "fake", {stream: ">"}, count=10, block=50)
+            resp = await r.xreadgroup(keys.JOBS_GROUP, "fake", {stream: ">"}, count=10)
+            if not entries(resp) and await band.promote(10):  # batch jobs when nothing live waits
+                resp = await r.xreadgroup(keys.JOBS_GROUP, "fake", {stream: ">"}, count=10)
+            if not entries(resp):
+                resp = await r.xreadgroup(keys.JOBS_GROUP, "fake", {stream: ">"}, count=10, block=50)
             for entry_id, fields in entries(resp):
                 job = codec.decode_as(fields[codec.FIELD], JobRequest)
                 seen.append(job)

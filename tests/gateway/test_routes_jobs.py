@@ -101,7 +101,7 @@ async def test_backpressure_rejects_past_the_limit(r: aioredis.Redis) -> None:
         assert resp.status_code == 429 and resp.json()["error"]["code"] == "queue_full"
         assert int(resp.headers["Retry-After"]) >= 1
         health = (await gw.get("/health")).json()
-    assert health == {"status": "ok", "workers": 1, "queued": 2}
+    assert health == {"status": "ok", "workers": 1, "queued": 2, "batch_queued": 0}
     assert await r.xlen(keys.jobs_stream(MODEL)) == 2
 
 

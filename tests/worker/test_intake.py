@@ -109,3 +109,21 @@ async def test_a_worker_reads_only_its_models_stream(r: aioredis.Redis) -> None:
     got = await intake.read_new(10, None)
     assert [e for e, _ in got] == mine
     assert await r.xlen(keys.jobs_stream("other")) == 1
+
+
+async def test_live_entries_are_read_before_batch_ones(r: aioredis.Redis) -> None:
+    from shared.batch_band import BatchBand
+
+    intake = JobIntake(r, "w1", claim_idle_s=30, model=M)
+    await intake.setup()
+    for i in range(3):
+        await r.xadd(keys.batch_stream(M), {b"m": b"batch%d" % i})
+    live = await _fill(r, 2)
+    got = await intake.read_live_then_batch(5, None)
+    assert [e for e, _ in got] == live  # the live ones; the batch jobs stay in their band
+    assert await r.xlen(keys.batch_stream(M)) == 3
+    got = await intake.read_live_then_batch(2, None)  # nothing live: 2 batch jobs (the free slots)
+    assert [f[b"m"] for _, f in got] == [b"batch0", b"batch1"]
+    assert await r.xlen(keys.batch_stream(M)) == 1
+    assert await r.scard(keys.batch_inflight(M)) == 2
+    assert await BatchBand(r, M).promote(0) == 0

@@ -33,7 +33,7 @@ from worker.engine.api import Engine, EngineRequest, RequestOutput, StepResult, 
 from worker.engine.block_manager import BlockManager
 from worker.engine.config import EngineConfig
 from worker.engine.forward import TargetForward
-from worker.engine.grammar import Grammars
+from worker.engine.grammar import GrammarError, Grammars
 from worker.engine.inbox import Abort, AddRequest, ApplyDecision, Inbox, Resize
 from worker.engine.kv_cache import bytes_per_block
 from worker.engine.logits_cache import LogitsCache
@@ -273,7 +273,12 @@ class LLMEngine(Engine):
         if len(seqs) > 1:
             return []
         (seq,) = seqs
-        seq.fail(ErrorCode.ENGINE_ERROR, f"the engine failed on this request: {type(exc).__name__}: {exc}")
+        if isinstance(exc, GrammarError):  # the request's constraint failed: its fault (a 400)
+            seq.fail(ErrorCode.BAD_REQUEST, f"the request's constraint failed: {exc}"[:2000])
+        else:
+            seq.fail(
+                ErrorCode.ENGINE_ERROR, f"the engine failed on this request: {type(exc).__name__}: {exc}"
+            )
         return [seq]
 
     def _retire(self, touched: list[Sequence]) -> list[RequestOutput]:

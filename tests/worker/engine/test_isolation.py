@@ -128,3 +128,26 @@ def test_a_vanishing_temperature_samples(llama_dir: Path, validated: bool) -> No
     )
     assert run.finals["tiny"].finish_reason == "length" and len(run.tokens["tiny"]) == 8
     assert run.total("failed") == 0
+
+
+def test_a_constraint_that_fails_in_a_step_is_the_request_s_fault(
+    llama_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GrammarError raised by a step (the grammar engine gave up on the request's
+    constraint) ends the request with bad_request (a 400), never engine_error (a 500)."""
+    from worker.engine.grammar import GrammarError
+
+    engine = load_engine(llama_dir, block_size=4, num_blocks=256, ngram=False)
+    forward = engine.forward
+
+    def run(scheduled: list[Scheduled], drafts: dict[str, Drafted]) -> list[Candidate]:
+        if any(s.seq.request_id == "poison" for s in scheduled):
+            raise GrammarError("the grammar failed: too many lexer states")
+        return forward(scheduled, drafts)
+
+    monkeypatch.setattr(engine, "forward", run)
+    got = drive(engine, batch_with_poison())
+    final = got.finals["poison"]
+    assert final.finish_reason == "error" and final.error_code is ErrorCode.BAD_REQUEST
+    assert final.error is not None and "too many lexer states" in final.error
+    assert all(got.finals[str(i)].finish_reason == "length" for i in range(3))
