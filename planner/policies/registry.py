@@ -19,10 +19,10 @@ _POLICIES: dict[str, str | type[Policy]] = {
     "nightjar": "planner.policies.nightjar:NightjarPolicy",
     "bandit": "planner.policies.bandit:BanditPolicy",
     "hedge": "planner.policies.hedge:HedgePolicy",
-    "threshold": "planner.policies.threshold:ThresholdPolicy",
-    "ucb": "planner.policies.ucb:UCBPolicy",
-    "exp3": "planner.policies.exp3:Exp3Policy",
-    "cost-model": "planner.policies.cost_model:CostModelPolicy",
+    "threshold": "planner.baselines.threshold:ThresholdPolicy",
+    "ucb": "planner.baselines.ucb:UCBPolicy",
+    "exp3": "planner.baselines.exp3:Exp3Policy",
+    "cost-model": "planner.baselines.cost_model:CostModelPolicy",
 }
 
 
