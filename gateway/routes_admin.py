@@ -10,7 +10,7 @@ from fastapi import APIRouter, Header, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gateway.errors import APIError
-from shared import codec, keys
+from shared import codec, keys, policy_params
 from shared.control import PolicyCommand
 from shared.errors import ErrorCode
 from shared.schemas import valid_text
@@ -100,8 +100,13 @@ async def set_policy(
     body: PolicyBody, request: Request, authorization: str | None = Header(default=None)
 ) -> dict[str, Any]:
     """Ask the planner to swap its policy; it validates the request and records the outcome
-    (or the error) in the note of the next decision."""
+    (or the error) in the note of the next decision. A policy or parameter the planner's
+    catalogue (``keys.PLANNER_POLICIES``) refuses is a 400 here, naming the field."""
     _authorize(request, authorization)
+    catalogue = await request.app.state.store.r.get(keys.PLANNER_POLICIES)
+    bad = policy_params.problem(catalogue, body.policy, body.params)
+    if bad is not None:  # what the planner would refuse: 400 naming the field, nothing sent
+        raise APIError.of(ErrorCode.BAD_REQUEST, bad[1], param=bad[0])
     cmd = PolicyCommand(policy=body.policy, params=body.params, requested_by="admin api")
     entry_id = await request.app.state.store.r.xadd(
         keys.PLANNER_CONTROL_STREAM, codec.entry(cmd), maxlen=keys.PLANNER_CONTROL_MAXLEN, approximate=True

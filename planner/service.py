@@ -25,6 +25,7 @@ from redis.exceptions import RedisError, ResponseError
 from planner.capacity import SLO, CapacityPlanner
 from planner.capacity_io import CapacityReader
 from planner.metrics import PlannerMetrics
+from planner.policies import registry
 from planner.policy_slot import PolicyFactory, PolicySlot, registry_factory
 from planner.profiles import newest_profile, same
 from planner.publisher import DecisionPublisher
@@ -76,6 +77,8 @@ class PlannerService:
         default = PolicyCommand(
             policy=self.settings.policy, params=self.settings.params, requested_by="planner default"
         )
+        if self.slot.factory is registry_factory:  # the gateway checks swaps against it
+            await self.r.set(keys.PLANNER_POLICIES, registry.catalogue_json())
         await self.slot.load(default)
         log.info("planner running policy %s %s", self.slot.name, self.slot.command.params)
         await self.read_profile()

@@ -145,6 +145,7 @@ PLANNER_CONTROL_MAXLEN = 1_000  # MAXLEN ~ on every XADD of a policy swap
 PLANNER_CONTROL_GROUP = "planner"  # a group, so a swap sent while the planner is down still lands
 PLANNER_STATE = PREFIX + "planner:state"  # hash policy name -> msgpack state
 PLANNER_ACTIVE = PREFIX + "planner:active"  # the running policy command (msgpack)
+PLANNER_POLICIES = PREFIX + "planner:policies"  # JSON: each policy's declared parameters (the swap check)
 PLANNER_STATUS = PREFIX + "planner:status"  # JSON: policy, drafter weights, ts (for `nightjar top`)
 
 # Workers announce themselves (hash worker_id -> msgpack info, refreshed with the heartbeat).

@@ -5,7 +5,12 @@ Two layers, both per job:
 * :class:`IncrementalDetokenizer` turns one token at a time into a text delta. It decodes a
   short window of tokens so that tokenizers which render a token differently in context
   (SentencePiece's leading space) come out right, and holds text back while it ends in an
-  incomplete UTF-8 sequence (decoded as U+FFFD).
+  incomplete UTF-8 sequence (decoded as U+FFFD). A Hugging Face fast tokenizer does this in
+  Rust (``tokenizers.decoders.DecodeStream``, the same algorithm, one decode a token instead
+  of two from Python) whenever that gives the same text: no clean-up of spaces, and a prompt
+  context that decodes without U+FFFD (DecodeStream would release a broken character of the
+  prompt with the first token). Otherwise, and from any error of the stream on, the window
+  is decoded here.
 * :class:`StopText` finds stop strings across deltas. Text that could still be the start of
   a stop string is held back; when a stop string appears, the text is cut before it.
 """
@@ -13,6 +18,9 @@ Two layers, both per job:
 from __future__ import annotations
 
 from typing import Any, Protocol
+
+from tokenizers import Tokenizer
+from tokenizers.decoders import DecodeStream
 
 REPLACEMENT = "\ufffd"
 CONTEXT_TOKENS = 5  # prompt tokens decoded ahead of the output, for in-context rendering
@@ -32,12 +40,32 @@ class IncrementalDetokenizer:
         self._ids = list(prompt_ids[-CONTEXT_TOKENS:])
         self._prefix = 0  # start of the decoding window
         self._read = len(self._ids)  # tokens before this are already rendered
+        self._backend: Tokenizer | None = None
+        self._stream: DecodeStream | None = None
+        backend = getattr(tokenizer, "_tokenizer", None)
+        if (
+            isinstance(backend, Tokenizer)
+            and not getattr(tokenizer, "clean_up_tokenization_spaces", False)
+            and REPLACEMENT not in self._decode(self._ids)
+        ):
+            self._backend = backend
+            self._stream = DecodeStream(ids=list(self._ids), skip_special_tokens=True)
 
     def _decode(self, ids: list[int]) -> str:
         return str(self._tok.decode(ids, skip_special_tokens=True))
 
     def add(self, token_id: int) -> str:
         self._ids.append(token_id)
+        if self._stream is not None and self._backend is not None:
+            try:
+                text = self._stream.step(self._backend, token_id)
+            except Exception:  # the stream's own error: the window is decoded here from now on
+                self._stream = None
+            else:
+                if not text:
+                    return ""
+                self._prefix, self._read = self._read, len(self._ids)  # as below: flush needs them
+                return str(text)
         prefix_text = self._decode(self._ids[self._prefix : self._read])
         new_text = self._decode(self._ids[self._prefix :])
         if len(new_text) <= len(prefix_text) or new_text.endswith(REPLACEMENT):

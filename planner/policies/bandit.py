@@ -12,12 +12,12 @@ from planner.policies.bingreedy import EXPLORE_RULES, BinGreedy
 from planner.policies.buckets import Buckets
 from planner.policies.drafter import HEDGE_PARAMS, DrafterChooser
 from planner.policies.offload import OFFLOAD_PARAMS, OffloadRule
-from planner.policies.params import Param, bool_param, float_param, int_list_param, int_param, str_param
 from planner.policies.prior import ProfilePrior, arm_intervals
 from planner.policies.signals import Draws, busy_time, is_step, prices_gamma, tokens_per_sequence
 from planner.policies.switch_cost import SwitchCostModel
 from planner.policies.transitions import Transitions
 from shared.control import Telemetry
+from shared.policy_params import Param, bool_param, float_param, int_list_param, int_param, str_param
 from shared.profile import CostProfile
 
 _HEDGE = {f"hedge_{k}": p for k, p in HEDGE_PARAMS.items() if k != "drafters"}

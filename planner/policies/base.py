@@ -14,8 +14,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from planner.policies.params import Param
 from shared.control import StepCosts, Telemetry
+from shared.policy_params import Param
 from shared.profile import CostProfile
 
 

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.policies.params import Param, float_param, str_param
 from planner.policies.signals import Draws, is_step
 from shared.control import Telemetry
 from shared.experts import LEARNERS, ExpertLearner, drafter_speed
+from shared.policy_params import Param, float_param, str_param
 
 SCOPES = ("request", "batch")  # Decision.drafter_scope
 

@@ -8,9 +8,9 @@ from typing import Any, ClassVar
 
 from planner.policies.base import Choice, Policy
 from planner.policies.drafter import HEDGE_PARAMS, DrafterChooser
-from planner.policies.params import Param, float_param, int_param, str_param
 from planner.policies.signals import is_step
 from shared.control import ALL_BATCHES, Telemetry
+from shared.policy_params import Param, float_param, int_param, str_param
 
 EWMA = 0.1  # weight of the newest step in each drafter's acceptance estimate
 

@@ -37,11 +37,11 @@ from typing import Any, ClassVar
 from planner.policies.base import Choice, Policy
 from planner.policies.buckets import Buckets
 from planner.policies.offload import OFFLOAD_PARAMS, OffloadRule
-from planner.policies.params import Param, bool_param, float_param, int_param
 from planner.policies.prior import RUNS_DISCOUNT, Beta, Runs
 from planner.policies.signals import is_step, prices_gamma, switch_seconds
 from shared.control import ALL_BATCHES, StepCosts, Telemetry
 from shared.experts import expected_tokens
+from shared.policy_params import Param, bool_param, float_param, int_param
 from shared.profile import CostProfile
 
 RATIO_WEIGHT = 0.05  # a served step's weight in its class's moving ratio (~20 steps)

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.policies.params import Param, float_param, int_param
 from planner.policies.signals import is_step
 from shared.control import Telemetry
+from shared.policy_params import Param, float_param, int_param
 
 STALE_S = 30.0  # a worker silent this long is left out of the "every worker relaxed" test
 

@@ -11,6 +11,7 @@ import importlib
 from typing import Any
 
 from planner.policies.base import Policy
+from shared.policy_params import bad_param, catalogue
 
 # name -> "module:Class" (imported lazily so a broken optional policy cannot take down the
 # rest) or a class registered at run time.
@@ -19,10 +20,10 @@ _POLICIES: dict[str, str | type[Policy]] = {
     "nightjar": "planner.policies.nightjar:NightjarPolicy",
     "bandit": "planner.policies.bandit:BanditPolicy",
     "hedge": "planner.policies.hedge:HedgePolicy",
-    "threshold": "planner.policies.threshold:ThresholdPolicy",
-    "ucb": "planner.policies.ucb:UCBPolicy",
-    "exp3": "planner.policies.exp3:Exp3Policy",
-    "cost-model": "planner.policies.cost_model:CostModelPolicy",
+    "threshold": "planner.baselines.threshold:ThresholdPolicy",
+    "ucb": "planner.baselines.ucb:UCBPolicy",
+    "exp3": "planner.baselines.exp3:Exp3Policy",
+    "cost-model": "planner.baselines.cost_model:CostModelPolicy",
 }
 
 
@@ -56,17 +57,23 @@ def policy_class(name: str) -> type[Policy]:
 def resolve_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
     """Defaults overlaid with ``params``, each parsed; raises PolicyError on any problem."""
     spec = policy_class(name).PARAMS
-    unknown = sorted(set(params) - set(spec))
-    if unknown:
-        known = ", ".join(sorted(spec)) or "(none)"
-        raise PolicyError(f"policy {name!r} has no parameter(s) {', '.join(unknown)}; it takes: {known}")
-    out: dict[str, Any] = {k: p.default for k, p in spec.items()}
-    for key, value in params.items():
+    bad = bad_param(name, spec, params)
+    if bad is not None:
+        raise PolicyError(bad[1])
+    return {k: p.default for k, p in spec.items()} | {k: spec[k].parse(v) for k, v in params.items()}
+
+
+def catalogue_json() -> str:
+    """Every policy's declared parameters as JSON (``shared.policy_params.catalogue``): the
+    planner publishes it so that a swap is checked where it is asked for. A policy that cannot
+    be imported is left out (the planner refuses a swap to it anyway)."""
+    declared = {}
+    for name in names():
         try:
-            out[key] = spec[key].parse(value)
-        except ValueError as e:
-            raise PolicyError(f"policy {name!r}, parameter {key!r}: {e}") from None
-    return out
+            declared[name] = policy_class(name).PARAMS
+        except Exception:  # a broken optional policy must not take down the rest
+            continue
+    return catalogue(declared)
 
 
 def create(name: str, **params: Any) -> Policy:

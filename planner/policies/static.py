@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 from planner.policies.base import Choice, Policy
-from planner.policies.params import Param, bool_param, int_param, str_param
 from shared.control import ALL_BATCHES, Telemetry
+from shared.policy_params import Param, bool_param, int_param, str_param
 
 
 class StaticPolicy(Policy):

@@ -71,6 +71,13 @@ async def test_start_publishes_a_versioned_decision(r: aioredis.Redis) -> None:
     assert await r.get(keys.DECISION_VERSION) == b"1"
 
 
+async def test_start_publishes_the_catalogue_the_gateway_checks_swaps_with(r: aioredis.Redis) -> None:
+    await _planner(r).start()  # a test factory: its policies are not the registry's
+    assert await r.get(keys.PLANNER_POLICIES) is None
+    await PlannerService(PlannerSettings(policy="static"), redis=r).start()
+    assert await r.get(keys.PLANNER_POLICIES) == registry.catalogue_json().encode()
+
+
 async def test_unchanged_decision_is_republished_only_when_aging(r: aioredis.Redis) -> None:
     p = _planner(r, republish_s=10)
     await p.start()

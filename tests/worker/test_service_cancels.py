@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 
 from shared import codec, jobs, keys
 from shared.schemas import CancelRequest, FinishEvent, JobRequest, SamplingParams, StartEvent
-from tests.worker.test_service import M, _drain, _enqueue, _events, _pending, _worker
+from tests.worker.service_helpers import M, drain, enqueue, make_worker, pending_count, read_events
 from worker.engine.api import Engine
 from worker.prompts import PromptEncoder
 
@@ -21,10 +21,10 @@ pytestmark = pytest.mark.anyio
 async def test_job_cancelled_before_start_is_skipped(
     r: aioredis.Redis, model_dir: Path, engine: Engine, prompts: PromptEncoder
 ) -> None:
-    await _enqueue(r, JobRequest(job_id="c", prompt="x"))
+    await enqueue(r, JobRequest(job_id="c", prompt="x"))
     await r.set(keys.job_cancel(M, "c"), b"1")
-    await _drain(_worker(r, model_dir, engine, prompts))
-    (final,) = await _events(r, "c")
+    await drain(make_worker(r, model_dir, engine, prompts))
+    (final,) = await read_events(r, "c")
     assert isinstance(final, FinishEvent) and final.finish_reason == "cancelled" and final.token_ids == []
     assert await r.hget(keys.job_key(M, "c"), jobs.STATUS) == b"cancelled"
 
@@ -32,24 +32,24 @@ async def test_job_cancelled_before_start_is_skipped(
 async def test_running_job_is_cancelled_mid_generation(
     r: aioredis.Redis, model_dir: Path, engine: Engine, prompts: PromptEncoder
 ) -> None:
-    w = _worker(r, model_dir, engine, prompts, block_ms=100)
-    await _enqueue(
+    w = make_worker(r, model_dir, engine, prompts, block_ms=100)
+    await enqueue(
         r, JobRequest(job_id="long", prompt="x", params=SamplingParams(max_tokens=2000, ignore_eos=True))
     )
     with anyio.fail_after(60):
         async with anyio.create_task_group() as tg:
             tg.start_soon(w.run)
-            while len(await _events(r, "long")) < 3:  # started and producing tokens
+            while len(await read_events(r, "long")) < 3:  # started and producing tokens
                 await anyio.sleep(0.02)
             await r.set(keys.job_cancel(M, "long"), b"1")
             await r.xadd(keys.cancel_stream(M), codec.entry(CancelRequest(job_id="long")))
             while (status := await r.hget(keys.job_key(M, "long"), jobs.STATUS)) == b"running":
                 await anyio.sleep(0.02)
             tg.cancel_scope.cancel()
-    final = (await _events(r, "long"))[-1]
+    final = (await read_events(r, "long"))[-1]
     assert status == b"cancelled" and isinstance(final, FinishEvent)
     assert final.finish_reason == "cancelled" and 0 < final.completion_tokens < 2000
-    assert not engine.has_unfinished() and await _pending(r) == 0
+    assert not engine.has_unfinished() and await pending_count(r) == 0
     assert await r.hget(keys.WORKERS, "w1") is None  # left the registry on the way out
 
 
@@ -57,7 +57,7 @@ async def test_a_cancel_that_comes_while_the_job_is_admitted_stops_it(
     r: aioredis.Redis, model_dir: Path, engine: Engine, prompts: PromptEncoder
 ) -> None:
     """The start script saw no cancel; the broadcast is read before the job is held here."""
-    w = _worker(r, model_dir, engine, prompts, block_ms=100)
+    w = make_worker(r, model_dir, engine, prompts, block_ms=100)
     real_take = w.admission.take_many
 
     async def take_then_cancel(got: Any) -> Any:
@@ -75,11 +75,11 @@ async def test_a_cancel_that_comes_while_the_job_is_admitted_stops_it(
             tg.start_soon(w.run)
             while w._cancel_cursor is None:  # the follower reads from here on
                 await anyio.sleep(0.01)
-            await _enqueue(r, JobRequest(job_id="race", prompt="x", params=params))
+            await enqueue(r, JobRequest(job_id="race", prompt="x", params=params))
             while (status := await r.hget(keys.job_key(M, "race"), jobs.STATUS)) in (b"queued", b"running"):
                 await anyio.sleep(0.02)
             tg.cancel_scope.cancel()
-    events = await _events(r, "race")
+    events = await read_events(r, "race")
     assert status == b"cancelled" and isinstance(events[0], StartEvent)
     final = events[-1]
     assert isinstance(final, FinishEvent) and final.finish_reason == "cancelled"

@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 import worker.service as service
 from shared.schemas import FinishEvent, JobRequest, SamplingParams
 from tests.tiny_models import reference_greedy
-from tests.worker.test_service import _drain, _enqueue, _events, _worker
+from tests.worker.service_helpers import drain, enqueue, make_worker, read_events
 from worker.engine.api import Engine, StepResult
 from worker.prompts import PromptEncoder
 
@@ -36,18 +36,18 @@ async def test_short_steps_run_on_the_event_loop_and_big_prefills_in_a_thread(
         return result
 
     engine.step = step  # type: ignore[method-assign]
-    w = _worker(r, model_dir, engine, prompts)
+    w = make_worker(r, model_dir, engine, prompts)
     params = SamplingParams(max_tokens=6, ignore_eos=True)
-    await _enqueue(r, JobRequest(job_id="s", prompt="Hi", params=params))  # 3 prompt tokens
-    await _drain(w)
+    await enqueue(r, JobRequest(job_id="s", prompt="Hi", params=params))  # 3 prompt tokens
+    await drain(w)
     assert steps[0][0] is False  # the first step of all: nothing says it is short
     assert all(on_loop for on_loop, _ in steps[1:]) and sum(n > 0 for _, n in steps) == 1
     steps.clear()
     long_prompt = "Once upon a time there was a little fox who lived in the woods"
-    await _enqueue(r, JobRequest(job_id="t", prompt=long_prompt, params=params))
-    await _drain(w)
+    await enqueue(r, JobRequest(job_id="t", prompt=long_prompt, params=params))
+    await drain(w)
     prefills = [on_loop for on_loop, n in steps if n > 0]
     assert prefills == [False] and all(on_loop for on_loop, n in steps if n == 0)
     expected = reference_greedy(model_dir, prompts.tokenizer(long_prompt)["input_ids"], 6)
-    final = (await _events(r, "t"))[-1]
+    final = (await read_events(r, "t"))[-1]
     assert isinstance(final, FinishEvent) and final.token_ids == expected

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import llguidance
 import llguidance.hf
@@ -43,11 +43,11 @@ import torch
 
 from shared.errors import ErrorCode
 from shared.grammar import grammar_text
+from shared.schemas import FinishReason
 from shared.structured import StructuredOutput
 
 if TYPE_CHECKING:
     from worker.engine.api import EngineRequest
-    from worker.engine.sequence import Sequence
 
 CACHED_GRAMMARS = 256
 
@@ -124,6 +124,17 @@ class Constraint:
             self.consumed = num_output
 
 
+class Constrained(Protocol):
+    """What ``Grammars.attach`` needs of a sequence (worker/engine/sequence.py's ``Sequence``,
+    which imports this module: a protocol keeps the import one way)."""
+
+    grammar: Constraint | None
+
+    def finish(self, reason: FinishReason) -> None: ...
+
+    def fail(self, code: ErrorCode | str, message: str) -> None: ...
+
+
 class Grammars:
     """The constraints of one engine: its tokenizer, its vocabulary, its EOS ids."""
 
@@ -134,7 +145,7 @@ class Grammars:
         self._tokenizer: llguidance.LLTokenizer | None = None
         self._compiled: OrderedDict[str, llguidance.LLMatcher] = OrderedDict()
 
-    def attach(self, seq: Sequence, req: EngineRequest, tokenizer: Any) -> bool:
+    def attach(self, seq: Constrained, req: EngineRequest, tokenizer: Any) -> bool:
         """Give a new sequence its constraint (``req.params.structured``); False when the
         sequence is over already: failed (a constraint the grammar engine refuses: the
         request's fault) or finished (the output sent before a failover completed it)."""

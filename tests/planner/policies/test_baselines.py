@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
+from planner.baselines.cost_model import CostModelPolicy
 from planner.policies import registry
-from planner.policies.cost_model import CostModelPolicy
 from planner.sim import Phase, Scenario, SimWorker
 from planner.sim.worker import gamma_for
 from shared.control import Telemetry

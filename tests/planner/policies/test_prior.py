@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
+from planner.baselines.cost_model import CostModelPolicy
 from planner.policies import registry
 from planner.policies.bandit import BanditPolicy
 from planner.policies.bingreedy import BinGreedy, Interval
-from planner.policies.cost_model import CostModelPolicy
 from planner.policies.prior import Beta, ProfilePrior, arm_intervals, expected_tokens
 from planner.sim import Runner, Scenario, SimWorker
 from planner.sim.curves import CostCurves

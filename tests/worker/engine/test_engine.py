@@ -3,7 +3,6 @@ arrivals, chunked prefill, preemption, prefix hits, exact repeats and cache resi
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 from typing import Any
 
@@ -11,26 +10,11 @@ import pytest
 
 from shared.schemas import SamplingParams
 from tests.worker.engine.drive import drive
-from tests.worker.engine.tiny import ARCHS, VOCAB, hf_greedy, hf_model
+from tests.worker.engine.prompts import NEW, PROMPTS
+from tests.worker.engine.tiny import ARCHS, hf_greedy, hf_model
 from worker.engine.api import EngineRequest
 from worker.engine.engine import LLMEngine
 from worker.engine.loader import load_engine
-
-NEW = 16
-
-
-def make_prompts() -> list[list[int]]:
-    rng = random.Random(7)
-    system = [rng.randrange(3, VOCAB) for _ in range(21)]
-    prompts = []
-    for i in range(32):
-        tail = [rng.randrange(3, VOCAB) for _ in range(rng.randrange(1, 40))]
-        prompts.append(system + tail if i % 3 == 0 else tail)
-    prompts.append(system)  # a prompt that is exactly the shared prefix
-    return [*prompts, prompts[0], prompts[5], prompts[9]]  # exact repeats
-
-
-PROMPTS = make_prompts()
 
 
 @pytest.fixture(scope="session")

@@ -17,8 +17,8 @@ import torch
 from shared.control import ALL_BATCHES, Decision
 from shared.schemas import SamplingParams
 from tests.worker.engine.drive import Run, drive
-from tests.worker.engine.spec.test_feature_smollm2 import HEADS, SMOL, TEXTS, schedule
-from tests.worker.engine.test_real_models import encode
+from tests.worker.engine.encoding import encode
+from tests.worker.engine.spec.smollm2 import HEADS, SMOL, TEXTS, schedule
 from worker.engine.api import EngineRequest
 from worker.engine.engine import LLMEngine
 from worker.engine.loader import load_engine

@@ -23,8 +23,8 @@ from nj_kernels.quant_linear import QuantWeight, StackedWeight
 from shared.schemas import SamplingParams
 from tests.worker.engine.drive import drive
 from tests.worker.engine.gguf_file import QUANTISABLE, write_gguf
-from tests.worker.engine.spec.test_exactness import scheduled_run
-from tests.worker.engine.test_engine import PROMPTS
+from tests.worker.engine.prompts import PROMPTS
+from tests.worker.engine.spec.references import scheduled_run
 from tests.worker.engine.tiny import COMMON, VOCAB, hf_model
 from worker.engine.api import EngineRequest
 from worker.engine.gguf_file import GGUFFile
@@ -193,4 +193,3 @@ def test_an_all_f32_file_takes_the_fused_fp32_path(llama_dir: Path, tmp_path: Pa
     a, _ = engine.runner.run([ForwardItem(IDS, 0, [0, 1, 2], len(IDS))])
     b, _ = ref.runner.run([ForwardItem(IDS, 0, [0, 1, 2], len(IDS))])
     assert torch.equal(a, b)  # the same bytes, the same path
-

@@ -13,7 +13,7 @@ from shared.control import ALL_BATCHES, Decision
 from shared.errors import ErrorCode
 from shared.schemas import SamplingParams
 from tests.worker.engine.drive import Run, drive
-from tests.worker.engine.test_engine import NEW, PROMPTS
+from tests.worker.engine.prompts import NEW, PROMPTS
 from tests.worker.engine.tiny import hf_greedy, hf_model
 from worker.engine.api import EngineRequest
 from worker.engine.engine import LLMEngine

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 
 from shared.schemas import SamplingParams
 from tests.worker.engine.drive import drive
+from tests.worker.engine.encoding import encode
 from tests.worker.engine.tiny import hf_greedy, hf_model
 from worker.engine.api import EngineRequest
 from worker.engine.loader import load_engine
@@ -47,15 +47,6 @@ def model_dir(name: str) -> Path:
     if not (path / "config.json").exists():
         pytest.fail(f"{path} is missing: run `{MODELS[name]}` from {ROOT} first", pytrace=False)
     return path
-
-
-def encode(tokenizer: Any, name: str, text: str) -> list[int]:
-    if name.startswith("smollm2"):
-        ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=False
-        )
-        return [int(t) for t in ids]
-    return [int(t) for t in tokenizer(text)["input_ids"]]
 
 
 @pytest.mark.parametrize("name", PARAMS)

@@ -6,7 +6,6 @@ the max_tokens / context limits."""
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 from typing import Any
 
@@ -14,55 +13,12 @@ import pytest
 
 from shared.control import ALL_BATCHES, Decision
 from shared.schemas import SamplingParams
-from tests.worker.engine.drive import Run, check_outcomes, drive
-from tests.worker.engine.test_engine import PROMPTS
+from tests.worker.engine.drive import drive
+from tests.worker.engine.prompts import PROMPTS
+from tests.worker.engine.spec.references import NEW, scheduled_run
 from tests.worker.engine.tiny import hf_greedy, hf_model
 from worker.engine.api import EngineRequest
-from worker.engine.engine import LLMEngine
 from worker.engine.loader import load_engine
-
-NEW = 24
-NAMES = ["copy", "layer0", "rand-a", "rand-b", "ngram"]
-
-
-@pytest.fixture(scope="session")
-def spec_references(spec_models: dict[str, Path]) -> list[list[int]]:
-    hf = hf_model(spec_models["target"])
-    return [hf_greedy(hf, p, NEW, stop_at_eos=False) for p in PROMPTS]
-
-
-def scheduled_run(
-    engine: LLMEngine, reqs: list[EngineRequest], seed: int, offload_steps: set[int], per_step: int = 3
-) -> Run:
-    """Like ``drive``, with a fresh random decision before every step."""
-    rng = random.Random(seed)
-    pending, run, drafter = list(reqs), Run(), None
-    for step in range(10_000):
-        for req in pending[:per_step]:
-            engine.add_request(req)
-        del pending[:per_step]
-        if not pending and not engine.has_unfinished():
-            return run
-        if rng.random() < 0.3:
-            drafter = rng.choice([*NAMES, None, "no-such-drafter"])
-        table = [(1, rng.randrange(5)), (4, rng.randrange(5)), (ALL_BATCHES, rng.randrange(5))]
-        engine.apply_decision(
-            Decision(
-                version=step + 1,
-                policy="test",
-                gamma_table=table,
-                drafter=drafter,
-                offload=step in offload_steps,
-            )
-        )
-        result = engine.step()
-        run.stats.append(result.stats)
-        for out in result.outputs:
-            check_outcomes(out)
-            run.tokens.setdefault(out.request_id, []).extend(out.new_token_ids)
-            if out.finished:
-                run.finals[out.request_id] = out
-    raise AssertionError("the engine did not finish")
 
 
 @pytest.mark.parametrize(

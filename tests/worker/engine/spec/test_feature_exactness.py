@@ -17,20 +17,13 @@ from scipy.stats import chisquare
 from shared.control import ALL_BATCHES, Decision
 from shared.schemas import SamplingParams
 from tests.worker.engine.drive import drive
+from tests.worker.engine.prompts import PROMPTS
+from tests.worker.engine.spec.distribution import PARAMS, PROMPT, TRIALS, V, expected_pairs
 from tests.worker.engine.spec.feature_heads import trained_head
-from tests.worker.engine.spec.test_exactness import NEW, scheduled_run, spec_references
-from tests.worker.engine.spec.test_sampling import PARAMS, PROMPT, TRIALS, V, expected_pairs, small_vocab
-from tests.worker.engine.test_engine import PROMPTS
+from tests.worker.engine.spec.references import NEW, scheduled_run
 from worker.engine.api import EngineRequest
 from worker.engine.loader import load_engine
 from worker.engine.spec.feature_drafter import FeatureDrafter
-
-__all__ = ["small_vocab", "spec_references"]  # fixtures, imported for pytest
-
-
-@pytest.fixture(scope="session")
-def head_dir(spec_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return trained_head(spec_models["target"], tmp_path_factory.mktemp("fd") / "fd-head", steps=60)
 
 
 @pytest.mark.parametrize(

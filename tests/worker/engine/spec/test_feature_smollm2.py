@@ -6,30 +6,18 @@ the same schedule. A missing model or head FAILS with the command."""
 
 from __future__ import annotations
 
-import random
-from pathlib import Path
-
 import pytest
 
 from shared.control import ALL_BATCHES, Decision
 from shared.schemas import SamplingParams
-from tests.worker.engine.drive import Run, drive
-from tests.worker.engine.test_real_models import encode
+from tests.worker.engine.drive import drive
+from tests.worker.engine.encoding import encode
+from tests.worker.engine.spec.smollm2 import HEADS, SMOL, TEXTS, schedule
 from tests.worker.engine.tiny import hf_greedy, hf_model
 from worker.engine.api import EngineRequest
-from worker.engine.engine import LLMEngine
 from worker.engine.loader import load_engine
 from worker.engine.spec.feature_drafter import FeatureDrafter
 
-ROOT = Path(__file__).resolve().parents[4]
-SMOL = ROOT / "models" / "smollm2-135m-instruct"
-HEADS = [ROOT / "models" / "smol-eagle-chat", ROOT / "models" / "smol-eagle-code"]
-TEXTS = [
-    "Explain why the sky is blue.",
-    "Write a Python function that reverses a list.",
-    "Give three tips for staying healthy.",
-    "What is the capital of France?",
-]
 NEW = 28
 
 pytestmark = pytest.mark.smollm2
@@ -41,33 +29,6 @@ def _require() -> None:
     for h in HEADS:
         if not (h / "config.json").is_file():
             pytest.fail(f"{h} is missing: run `nightjar models train-eagle`", pytrace=False)
-
-
-def schedule(engine: LLMEngine, reqs: list[EngineRequest], seed: int, offload: set[int]) -> Run:
-    rng = random.Random(seed)
-    pending, run, drafter = list(reqs), Run(), "smol-eagle-chat"
-    for step in range(2000):
-        if pending and step % 3 == 0:
-            engine.add_request(pending.pop(0))  # arrivals while others decode: catch-ups
-        if not pending and not engine.has_unfinished():
-            return run
-        if rng.random() < 0.3:
-            drafter = rng.choice(["smol-eagle-chat", "smol-eagle-code", "ngram"])
-        gamma = rng.choice([0, 0, 1, 2, 3, 4, 6])
-        engine.apply_decision(
-            Decision(
-                version=step + 1,
-                policy="test",
-                gamma_table=[(ALL_BATCHES, gamma)],
-                drafter=drafter,
-                offload=step in offload,
-            )
-        )
-        result = engine.step()
-        run.stats.append(result.stats)
-        for out in result.outputs:
-            run.tokens.setdefault(out.request_id, []).extend(out.new_token_ids)
-    raise AssertionError("the engine did not finish")
 
 
 def test_smollm2_greedy_is_exact_with_its_feature_heads() -> None:

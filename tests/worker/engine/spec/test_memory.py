@@ -11,8 +11,8 @@ import torch
 from nj_kernels import cpu_decode
 from shared.control import ALL_BATCHES, Decision
 from shared.schemas import SamplingParams
-from tests.worker.engine.spec.test_model_drafter import make_drafter
-from tests.worker.engine.test_engine import PROMPTS
+from tests.worker.engine.prompts import PROMPTS
+from tests.worker.engine.spec.drafting import make_drafter
 from worker.engine.api import EngineRequest, StepStats
 from worker.engine.kv_cache import bytes_per_block
 from worker.engine.loader import load_engine

@@ -8,24 +8,11 @@ from pathlib import Path
 import torch
 
 from shared.schemas import SamplingParams
-from tests.worker.engine.test_engine import PROMPTS
+from tests.worker.engine.prompts import PROMPTS
+from tests.worker.engine.spec.drafting import make_drafter, seq
 from tests.worker.engine.tiny import hf_greedy, hf_model
 from worker.engine.keyed import keyed_draw
-from worker.engine.model_runner import ModelRunner
 from worker.engine.sampler import filtered_probs
-from worker.engine.sequence import Sequence
-from worker.engine.spec.model_drafter import ModelDrafter
-from worker.engine.weights import load_checkpoint
-
-
-def make_drafter(path: Path, num_blocks: int = 128, max_tokens: int = 512) -> ModelDrafter:
-    config, state = load_checkpoint(path)
-    runner = ModelRunner(config, state, 4, torch.device("cpu"), torch.float32, num_blocks=num_blocks)
-    return ModelDrafter(path.name, runner, max_tokens)
-
-
-def seq(name: str, tokens: list[int], params: SamplingParams | None = None) -> Sequence:
-    return Sequence(name, list(tokens), params or SamplingParams())
 
 
 def test_greedy_drafts_are_the_models_own_continuation(spec_models: dict[str, Path]) -> None:

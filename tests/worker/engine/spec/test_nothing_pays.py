@@ -14,14 +14,11 @@ import pytest
 
 from shared.control import ALL_BATCHES, Decision
 from shared.schemas import SamplingParams
-from tests.worker.engine.spec.test_exactness import NEW, spec_references
-from tests.worker.engine.spec.test_feature_exactness import head_dir
-from tests.worker.engine.test_engine import PROMPTS
+from tests.worker.engine.prompts import PROMPTS
+from tests.worker.engine.spec.references import NEW
 from worker.engine.api import EngineRequest
 from worker.engine.loader import load_engine
 from worker.engine.spec.feature_drafter import FeatureDrafter
-
-__all__ = ["head_dir", "spec_references"]  # fixtures, imported for pytest
 
 
 def counted(engine: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:

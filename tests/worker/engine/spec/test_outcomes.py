@@ -9,7 +9,7 @@ from pathlib import Path
 from shared.control import ALL_BATCHES, Decision
 from shared.schemas import SamplingParams
 from tests.worker.engine.drive import Run
-from tests.worker.engine.test_engine import PROMPTS
+from tests.worker.engine.prompts import PROMPTS
 from worker.engine.api import DraftOutcome, EngineRequest
 from worker.engine.engine import LLMEngine
 from worker.engine.loader import load_engine

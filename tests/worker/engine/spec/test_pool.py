@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from shared.schemas import SamplingParams
-from tests.worker.engine.spec.test_model_drafter import make_drafter, seq
-from tests.worker.engine.test_engine import PROMPTS
+from tests.worker.engine.prompts import PROMPTS
+from tests.worker.engine.spec.drafting import make_drafter, seq
 from tests.worker.engine.tiny import hf_greedy, hf_model
 from worker.engine.keyed import keyed_draw
 from worker.engine.sampler import filtered_probs

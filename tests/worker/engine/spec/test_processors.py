@@ -13,7 +13,7 @@ import torch
 from shared.control import ALL_BATCHES, Decision
 from shared.schemas import SamplingParams
 from tests.worker.engine.drive import drive
-from tests.worker.engine.test_engine import PROMPTS
+from tests.worker.engine.prompts import PROMPTS
 from tests.worker.engine.tiny import hf_greedy, hf_model
 from worker.engine.api import EngineRequest
 from worker.engine.loader import load_engine

@@ -17,47 +17,13 @@ from pathlib import Path
 import pytest
 import torch
 from scipy.stats import chisquare
-from transformers import LlamaConfig
 
 from shared.control import ALL_BATCHES, Decision
-from shared.schemas import SamplingParams
 from tests.worker.engine.drive import drive
-from tests.worker.engine.tiny import COMMON, hf_model, save_tiny
+from tests.worker.engine.spec.distribution import PARAMS, PROMPT, TRIALS, V, expected_pairs
 from worker.engine import sampler, sequence
 from worker.engine.api import EngineRequest
 from worker.engine.loader import load_engine
-from worker.engine.sampler import filtered_probs
-
-V = 10
-PROMPT = [1, 5, 3, 7]
-PARAMS = SamplingParams(max_tokens=5, temperature=0.9, top_k=8, top_p=0.95, ignore_eos=True)
-TRIALS = 3000
-
-
-@pytest.fixture(scope="session")
-def small_vocab(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("small_vocab")
-    base = {**COMMON, "vocab_size": V, "initializer_range": 0.1}
-    draft = {**base, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1}
-    return {
-        "target": save_tiny(LlamaConfig(**base), root / "target", seed=0),
-        "draft": save_tiny(LlamaConfig(**draft), root / "draft", seed=5),
-    }
-
-
-def expected_pairs(target: Path) -> torch.Tensor:
-    """[V, V] probabilities of output tokens 2 and 3."""
-    hf = hf_model(target)
-
-    def warped(prefixes: list[list[int]]) -> torch.Tensor:
-        with torch.inference_mode():
-            logits = hf(torch.tensor(prefixes)).logits[:, -1]
-        return filtered_probs(logits, [PARAMS] * len(prefixes)).double()
-
-    p1 = warped([PROMPT])[0]  # [V]
-    p2 = warped([[*PROMPT, a] for a in range(V)])  # [V(x1), V(x2)]
-    p3 = warped([[*PROMPT, a, b] for a in range(V) for b in range(V)]).view(V, V, V)
-    return (p1.view(V, 1, 1) * p2.view(V, V, 1) * p3).sum(0)
 
 
 @pytest.mark.parametrize(

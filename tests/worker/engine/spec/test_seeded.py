@@ -16,10 +16,10 @@ from shared.control import ALL_BATCHES, Decision
 from shared.schemas import JobRequest, SamplingParams
 from tests.tiny_models import build_tokenizer
 from tests.worker.engine.drive import Run, drive
+from tests.worker.engine.prompts import PROMPTS
+from tests.worker.engine.spec.drafting import make_drafter
 from tests.worker.engine.spec.feature_heads import trained_head
-from tests.worker.engine.spec.test_exactness import scheduled_run
-from tests.worker.engine.spec.test_model_drafter import make_drafter
-from tests.worker.engine.test_engine import PROMPTS
+from tests.worker.engine.spec.references import scheduled_run
 from tests.worker.engine.tiny import hf_model
 from worker.engine.api import EngineRequest
 from worker.engine.keyed import keyed_draw

@@ -26,7 +26,7 @@ from shared.structured import StructuredOutput
 from tests.tiny_models import TEXT, build_llama
 from tests.worker.engine.drafters import first_layers
 from tests.worker.engine.drive import drive
-from tests.worker.engine.spec.test_exactness import scheduled_run
+from tests.worker.engine.spec.references import scheduled_run
 from tests.worker.engine.tiny import hf_model
 from worker.engine import sampler, sequence
 from worker.engine.api import EngineRequest

@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
+from planner.baselines.rewards import REWARDS, ArmRewards
 from planner.policies.base import Choice, Policy
-from planner.policies.params import Param, float_param, int_param, str_param
-from planner.policies.rewards import REWARDS, ArmRewards
 from planner.policies.signals import is_step
 from shared.control import ALL_BATCHES, Telemetry
+from shared.policy_params import Param, float_param, int_param, str_param
 
 
 class UCBPolicy(Policy):

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from planner.baselines.costs import MeasuredCosts
 from planner.policies.base import Choice, Policy
 from planner.policies.buckets import Buckets
-from planner.policies.costs import MeasuredCosts
 from planner.policies.offload import OFFLOAD_PARAMS, OffloadRule
-from planner.policies.params import Param, bool_param, float_param, int_list_param, int_param, str_param
 from planner.policies.prior import ProfilePrior
 from planner.policies.signals import acceptance, is_step
 from shared.control import Telemetry
 from shared.experts import expected_tokens
+from shared.policy_params import Param, bool_param, float_param, int_list_param, int_param, str_param
 from shared.profile import CostProfile
 
 LENGTHS = (0, 1, 2, 4, 6, 8)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from planner.policies.base import Choice, Policy
-from planner.policies.params import Param, int_param, str_param
 from shared.control import ALL_BATCHES, Telemetry
+from shared.policy_params import Param, int_param, str_param
 
 
 class ThresholdPolicy(Policy):

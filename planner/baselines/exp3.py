@@ -7,11 +7,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from planner.baselines.rewards import REWARDS, ArmRewards
 from planner.policies.base import Choice, Policy
-from planner.policies.params import Param, int_param, str_param
-from planner.policies.rewards import REWARDS, ArmRewards
 from planner.policies.signals import Draws, is_step
 from shared.control import ALL_BATCHES, Telemetry
+from shared.policy_params import Param, int_param, str_param
 
 
 class Exp3Policy(Policy):
