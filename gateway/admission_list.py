@@ -28,7 +28,18 @@ from shared.errors import ErrorCode
 from shared.schemas import JobRequest
 
 if TYPE_CHECKING:
-    from gateway.store import JobStore, Submitted
+    from typing import Any as JobStore  # gateway.store.JobStore, which imports this module
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """A submit's outcome: the job (as enqueued, or the one already there) and whether this
+    call enqueued it."""
+
+    job_id: str
+    created: bool
+    status: str
+
 
 # KEYS: the n job hashes, the m distinct streams, then their m batch-inflight sets. ARGV:
 # group, max_queue, ttl_s, entry field, the fingerprint / owner / status field names, n,
@@ -151,7 +162,6 @@ async def submit_list(store: JobStore, batch: list[tuple[JobRequest, str]], owne
     the whole list: 429 when they do not all fit the queue, 409 when one of their ids is
     another request's; nothing is enqueued then. A job already there (a retried list) is
     returned as it is, not enqueued again."""
-    from gateway.store import Submitted
 
     if len({job.model for job, _ in batch}) > 1 and isinstance(store.r, RedisCluster):
         raise APIError.of(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -19,7 +18,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, RedisError
 
 from gateway.admission import METADATA, MODEL, OWNER, Admission, Admitted, parse
-from gateway.admission_list import ListAdmission, submit_list
+from gateway.admission_list import ListAdmission, Submitted, submit_list
 from gateway.errors import APIError
 from gateway.hub import EventHub
 from gateway.ids import job_not_found, valid_job_id
@@ -40,14 +39,6 @@ CANCEL_NOW_S = 5.0  # a cancel not written within this is remembered and written
 MODEL_CACHE = 100_000  # job id -> model entries remembered (a job never changes model)
 
 
-@dataclass(frozen=True)
-class Submitted:
-    """A submit's outcome: the job (as enqueued, or the one already there) and whether this
-    call enqueued it."""
-
-    job_id: str
-    created: bool
-    status: str
 
 
 class JobStore(JobEvents):

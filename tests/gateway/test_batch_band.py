@@ -13,8 +13,8 @@ from shared import codec, keys
 from shared.batch_band import BatchBand
 from shared.schemas import JobRequest
 from shared.streams import ensure_group, entries
+from tests.gateway.batch_helpers import _req, _upload
 from tests.gateway.conftest import MODEL, gateway
-from tests.gateway.test_batches import _req, _upload
 
 pytestmark = pytest.mark.anyio
 

@@ -9,6 +9,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from shared.schemas import ErrorEvent, JobEvent, JobRequest
+from tests.gateway.batch_helpers import _req, _upload
 from tests.gateway.conftest import MODEL, gateway, hello, scripted_worker
 
 pytestmark = pytest.mark.anyio
@@ -16,21 +17,6 @@ pytestmark = pytest.mark.anyio
 
 def _lines(*items: dict) -> bytes:
     return "".join(json.dumps(x) + "\n" for x in items).encode()
-
-
-def _req(custom_id: str, content: str, url: str = "/v1/chat/completions", **body: object) -> dict:
-    return {
-        "custom_id": custom_id,
-        "method": "POST",
-        "url": url,
-        "body": {"model": MODEL, "messages": [{"role": "user", "content": content}], **body},
-    }
-
-
-async def _upload(
-    gw: httpx.AsyncClient, content: bytes, purpose: str = "batch", **kw: object
-) -> httpx.Response:
-    return await gw.post("/v1/files", data={"purpose": purpose}, files={"file": ("in.jsonl", content)}, **kw)  # type: ignore[arg-type]
 
 
 async def _done(gw: httpx.AsyncClient, batch_id: str, **kw: object) -> dict:
