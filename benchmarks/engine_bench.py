@@ -30,7 +30,9 @@ from worker.engine.engine import LLMEngine
 from worker.engine.loader import load_engine
 from worker.engine.model_runner import ForwardItem
 
-DEFAULT_PROMPTS = "/work/shared/data/workloads/sharegpt_v3_filtered_1000.json"
+# ../shared/data beside the checkout (the project's data, never copied in).
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DEFAULT_PROMPTS = str(DATA / "workloads" / "sharegpt_v3_filtered_1000.json")
 TABLE_HEAD = (
     "| concurrency | prompts | ours tok/s | HF tok/s | ours/HF | TTFT s ours | TTFT s HF "
     "| TPOT ms ours | TPOT ms HF |\n|---|---|---|---|---|---|---|---|---|"
