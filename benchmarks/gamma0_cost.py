@@ -36,6 +36,7 @@ from worker.engine.api import EngineRequest
 from worker.engine.engine import LLMEngine
 from worker.engine.loader import load_engine
 from worker.profiling import ProfileSettings, profile_engine
+from worker.speculation import apply_decision
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -76,7 +77,7 @@ def closed_loop(
     engine: LLMEngine, decision: Decision, ids: list[list[int]], users: int, max_tokens: int
 ) -> Run:
     """``users`` requests at a time over ``ids``; the engine's step times summed."""
-    engine.apply_decision(decision)
+    apply_decision(engine, decision)
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
     queue = list(enumerate(ids))
     run = Run()
@@ -114,14 +115,14 @@ def nightjar_decision(engine: LLMEngine, model: str, warm: list[list[int]], budg
             acceptance=c.acceptance, acceptance_hi=c.acceptance_hi, hold_steps=c.hold_steps,
         )  # fmt: skip
 
-    engine.apply_decision(decision(1))
+    apply_decision(engine, decision(1))
     params = SamplingParams(max_tokens=48, ignore_eos=True)
     for i, p in enumerate(warm):  # one user at a time: the rule speculates, the policy learns
         engine.add_request(EngineRequest(f"warm-{i}", p, params))
         while engine.has_unfinished():
             stats = engine.step().stats
             policy.observe(Telemetry(worker_id="bench", **stats.model_dump()))
-        engine.apply_decision(decision(i + 2))
+        apply_decision(engine, decision(i + 2))
     return decision(len(warm) + 2)
 
 

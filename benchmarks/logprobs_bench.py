@@ -24,6 +24,7 @@ from shared.control import ALL_BATCHES, Decision
 from shared.schemas import SamplingParams
 from worker.engine.api import EngineRequest
 from worker.engine.loader import load_engine
+from worker.speculation import apply_decision
 
 PROMPTS = ["Once upon a time", "def fibonacci(n):", "The weather today", "A movie review:"] * 4
 Config = tuple[SamplingParams, int, int]  # params, γ, rounds
@@ -33,8 +34,8 @@ def once(model: str, config: Config, prompts: list[list[int]]) -> float:
     """Seconds to finish every prompt (``rounds`` times, one after the other)."""
     params, gamma, rounds = config
     engine = load_engine(model, num_blocks=2048)
-    engine.apply_decision(
-        Decision(version=1, policy="bench", gamma_table=[(ALL_BATCHES, gamma)], drafter="ngram")
+    apply_decision(
+        engine, Decision(version=1, policy="bench", gamma_table=[(ALL_BATCHES, gamma)], drafter="ngram")
     )
     t0 = time.perf_counter()
     for r in range(rounds):

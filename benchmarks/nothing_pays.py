@@ -43,6 +43,7 @@ from shared.control import ALL_BATCHES, Decision
 from shared.schemas import SamplingParams
 from worker.engine.api import EngineRequest
 from worker.engine_factory import create_engine
+from worker.speculation import apply_decision
 
 COUNTS: dict[int, dict[str, int]] = {}  # per engine: tokens each model drafter computed
 DATA = Path(__file__).resolve().parents[2] / "shared/data/workloads/sharegpt_v3_filtered_1000.json"
@@ -138,7 +139,7 @@ class Run:
             return False
         d = self.schedule(self.n)
         if d is not None:
-            engine.apply_decision(d)
+            apply_decision(engine, d)
         self.n += 1
         before = sum(self.counts.values())
         t0 = time.perf_counter()

@@ -59,6 +59,7 @@ from worker.engine.sequence import Sequence
 from worker.engine.spec.drafter import Drafter
 from worker.engine.spec.speculator import Feedback
 from worker.engine.spec.verify import overlap, verify_batch
+from worker.speculation import apply_decision
 
 _versions = itertools.count(1)
 SCHEMES = ("keyed", "rejection")
@@ -179,14 +180,15 @@ def watching(engine: LLMEngine, paired: Paired) -> Iterator[None]:
 
 
 def decide(engine: LLMEngine, gamma: int, drafter: str | None) -> None:
-    engine.apply_decision(
+    apply_decision(
+        engine,
         Decision(
             version=next(_versions),
             policy="seeded-bench",
             gamma_table=[(ALL_BATCHES, gamma)],
             drafter=drafter,
             score_drafters=False,
-        )
+        ),
     )
 
 

@@ -43,6 +43,7 @@ from shared.schemas import SamplingParams
 from worker.engine.api import EngineRequest, StepStats
 from worker.engine.engine import LLMEngine
 from worker.engine.loader import load_engine
+from worker.speculation import apply_decision
 
 _versions = itertools.count(1)
 DATA_DIR = str(DEFAULT_DATA)
@@ -169,10 +170,11 @@ def generate(
 
 def decide(engine: LLMEngine, gamma: int, drafter: str | None, offload: bool = False) -> None:
     table = [(ALL_BATCHES, gamma)]
-    engine.apply_decision(
+    apply_decision(
+        engine,
         Decision(
             version=next(_versions), policy="spec-bench", gamma_table=table, drafter=drafter, offload=offload
-        )
+        ),
     )
 
 

@@ -28,6 +28,7 @@ from shared.structured import StructuredOutput
 from worker.engine.api import EngineRequest
 from worker.engine.grammar import Constraint
 from worker.engine.loader import load_engine
+from worker.speculation import apply_decision
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -87,8 +88,9 @@ def engine_rates(model: str, new: int) -> None:
             ("json", SamplingParams(max_tokens=new, structured=SPEC)),
         ):
             engine = load_engine(model, block_size=16)
-            engine.apply_decision(
-                Decision(version=1, policy="bench", gamma_table=[(ALL_BATCHES, gamma)], drafter="ngram")
+            apply_decision(
+                engine,
+                Decision(version=1, policy="bench", gamma_table=[(ALL_BATCHES, gamma)], drafter="ngram"),
             )
             tok = engine.tokenizer
             for i, p in enumerate(PROMPTS):

@@ -1,10 +1,10 @@
 """Following the planner: apply each newer decision live, fall back when it goes stale.
 
 The worker reads ``DECISION_LATEST`` at start, then follows ``DECISIONS_STREAM``. A decision
-is applied with ``engine.apply_decision`` (no restart) and its version recorded in
-``DECISION_ACKS``. When the one in force outlives its ``valid_for_s`` (the planner is gone or
-stuck), a safe built-in rule takes over — no speculation, draft resident — until a fresh
-decision arrives.
+is applied live as the engine's ``SpeculationPlan`` (worker/speculation.py ``apply_decision``;
+no restart) and its version recorded in ``DECISION_ACKS``. When the one in force outlives its
+``valid_for_s`` (the planner is gone or stuck), a safe built-in rule takes over — no
+speculation, draft resident — until a fresh decision arrives.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from shared.control import ALL_BATCHES, Decision
 from shared.loops import every, keep_running
 from shared.streams import entries, id_str, last_id
 from worker.engine.api import Engine
+from worker.speculation import apply_decision
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ class DecisionFollower:
         if d.is_stale(now):
             return False
         before = self.current
-        self.engine.apply_decision(d)
+        apply_decision(self.engine, d)
         self.current = d
         await self.r.hset(keys.DECISION_ACKS, self.worker_id, d.version)
         what = (d.gamma_table, d.drafter, d.offload)
@@ -113,7 +114,7 @@ class DecisionFollower:
             await self._fall_back(f"decision v{self.current.version} is stale")
 
     async def _fall_back(self, why: str) -> None:
-        self.engine.apply_decision(fallback_decision(why))
+        apply_decision(self.engine, fallback_decision(why))
         self.current = None
         await self.r.hset(keys.DECISION_ACKS, self.worker_id, 0)
         log.warning("planner fallback: %s", why)

@@ -3,7 +3,7 @@
 Before it takes jobs a worker measures what a decoding step costs it (``shared.profile.
 CostProfile``, the planner's prior): for each batch size (powers of two up to ``max_batch``)
 it adds that many synthetic requests (random prompt ids, greedy, ``ignore_eos``), prefills
-them, and then steps the engine through its public contract only (``apply_decision`` with a
+them, and then steps the engine through its public contract only (``apply_plan``, from a decision with a
 γ and a drafter, ``step``), reading each step's ``StepStats``:
 
 - the target's time over q = γ + 1 rows per sequence: ``step_time − draft_time − catch-up``
@@ -46,6 +46,7 @@ from shared.profile import CostProfile
 from shared.schemas import SamplingParams
 from worker.engine.api import Engine, EngineRequest, RequestOutput, StepStats
 from worker.profile_table import BatchCosts, assemble, mean
+from worker.speculation import apply_decision
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ class _Pass:
         # step is learned from telemetry (planner/policies/prior.py, SpecOverhead).
         d = Decision(version=0, policy=PROFILE_POLICY, gamma_table=table, drafter=drafter, valid_for_s=inf,
                      score_drafters=False)  # fmt: skip
-        self.engine.apply_decision(d.model_copy(update={"offload": self.offloaded}))
+        apply_decision(self.engine, d.model_copy(update={"offload": self.offloaded}))
 
     def step(self) -> tuple[StepStats, list[RequestOutput]]:
         t0 = time.perf_counter()
@@ -303,7 +304,7 @@ def profile_engine(
             _rounds(again, long_sizes, first, long, "long-", t0)
         _rounds(run, sizes, settings.reps - first, done, "", t0, start=first)
     finally:
-        engine.apply_decision((restore() if restore else None) or _idle_decision())
+        apply_decision(engine, (restore() if restore else None) or _idle_decision())
     seconds = time.perf_counter() - t0
     profile = assemble(done, model, names, seconds, run.total_blocks, worker_id, source, long)
     if profile is not None:

@@ -7,17 +7,18 @@ import redis.asyncio as aioredis
 
 from shared import codec, keys
 from shared.control import Decision
-from worker.decisions import FALLBACK_POLICY, DecisionFollower
+from worker.decisions import DecisionFollower
 from worker.engine.api import Engine, StepResult, StepStats
+from worker.engine.spec.speculation_plan import SpeculationPlan
 
 pytestmark = pytest.mark.anyio
 
 
 class RecordingEngine(Engine):
-    """Records applied decisions; generates nothing."""
+    """Records the speculation plans applied; generates nothing."""
 
     def __init__(self) -> None:
-        self.applied: list[Decision] = []
+        self.applied: list[SpeculationPlan] = []
 
     def add_request(self, request: object) -> None:  # type: ignore[override]
         raise NotImplementedError
@@ -25,8 +26,8 @@ class RecordingEngine(Engine):
     def abort_request(self, request_id: str) -> None:
         raise NotImplementedError
 
-    def apply_decision(self, decision: Decision) -> None:
-        self.applied.append(decision)
+    def apply_plan(self, plan: SpeculationPlan) -> None:
+        self.applied.append(plan)
 
     def step(self) -> StepResult:
         return StepResult([], StepStats())
@@ -55,7 +56,7 @@ async def _follower(r: aioredis.Redis) -> tuple[DecisionFollower, RecordingEngin
 async def test_no_decision_means_fallback(r: aioredis.Redis) -> None:
     f, engine = await _follower(r)
     assert f.fallback and f.version == 0
-    assert engine.applied[-1].policy == FALLBACK_POLICY and engine.applied[-1].gamma_for(1) == 0
+    assert engine.applied[-1].version == 0 and engine.applied[-1].gamma_for(1) == 0
     assert not engine.applied[-1].offload  # draft stays resident
     assert await r.hget(keys.DECISION_ACKS, "w1") == b"0"
 
@@ -70,7 +71,7 @@ async def test_fresh_latest_is_applied_and_acked(r: aioredis.Redis) -> None:
 async def test_stale_latest_falls_back_then_a_fresh_one_is_followed(r: aioredis.Redis) -> None:
     await r.set(keys.DECISION_LATEST, codec.encode(_decision(4, created_at=time.time() - 100)))
     f, engine = await _follower(r)
-    assert f.fallback and engine.applied[-1].policy == FALLBACK_POLICY
+    assert f.fallback and engine.applied[-1].version == 0
     assert await f.offer(_decision(5))
     assert not f.fallback and f.version == 5
     assert not await f.offer(_decision(5)) and not await f.offer(_decision(3))  # old news
@@ -83,5 +84,5 @@ async def test_decision_going_stale_triggers_fallback(r: aioredis.Redis) -> None
     await f.check(now=1005.0)
     assert not f.fallback
     await f.check(now=1011.0)
-    assert f.fallback and engine.applied[-1].policy == FALLBACK_POLICY
+    assert f.fallback and engine.applied[-1].version == 0
     assert await r.hget(keys.DECISION_ACKS, "w1") == b"0"

@@ -13,6 +13,7 @@ from worker.engine_factory import create_engine
 from worker.prompts import PromptEncoder
 from worker.service import WorkerService
 from worker.settings import WorkerSettings
+from worker.speculation import apply_decision
 
 PROMPTS = ["The quick brown", "Once upon a time", "Héllo 東京", "Redis"]
 
@@ -80,7 +81,7 @@ def test_eos_stops_unless_ignored(engine: Engine, prompts: PromptEncoder) -> Non
 
 
 def test_decision_applies_without_restart(engine: Engine, prompts: PromptEncoder) -> None:
-    engine.apply_decision(Decision(version=5, policy="static"))
+    apply_decision(engine, Decision(version=5, policy="static"))
     engine.add_request(EngineRequest("d", prompts.tokenizer("x")["input_ids"], SamplingParams(max_tokens=1)))
     assert engine.step().stats.decision_version == 5
 
@@ -93,8 +94,8 @@ def test_worker_settings_name_the_drafters_and_speculation_stays_exact(
     engine = WorkerService(settings, prompts=prompts).engine
     assert isinstance(engine, LLMEngine) and engine.drafter_names == ["tiny-draft", "ngram"]
     for drafter_name in ("tiny-draft", "ngram"):
-        engine.apply_decision(
-            Decision(version=1, policy="static", gamma_table=[(ALL_BATCHES, 3)], drafter=drafter_name)
+        apply_decision(
+            engine, Decision(version=1, policy="static", gamma_table=[(ALL_BATCHES, 3)], drafter=drafter_name)
         )
         ids = [prompts.tokenizer(p)["input_ids"] for p in PROMPTS]
         for i, p in enumerate(ids):

@@ -16,6 +16,7 @@ from worker.engine.api import Engine, EngineRequest, StepResult
 from worker.engine_factory import create_engine
 from worker.profile_table import envelope
 from worker.profiling import PROFILE_ID, Interrupted, ProfileSettings, Stopped, profile_engine
+from worker.speculation import apply_decision
 
 FAST = ProfileSettings(max_batch=4, reps=2)
 
@@ -160,7 +161,7 @@ def test_a_real_request_interrupts_and_loses_nothing(spec_engine: Engine, model_
 
 
 def test_offloaded_engine_is_measured_at_gamma_zero_and_stays_offloaded(spec_engine: Engine) -> None:
-    spec_engine.apply_decision(Decision(version=1, policy="test", offload=True))
+    apply_decision(spec_engine, Decision(version=1, policy="test", offload=True))
     stats = spec_engine.step().stats
     for _ in range(200):  # the weights move in the background
         if not stats.draft_resident:

@@ -2,7 +2,8 @@
 
 The worker service (asyncio, Redis) owns requests' lifecycles; the engine (synchronous,
 torch) owns the model, the KV cache and the schedule. The service calls ``add_request``,
-``abort_request`` and ``apply_decision`` from the event loop (thread-safe: they queue work
+``abort_request`` and ``apply_plan`` (the planner's decision as a ``SpeculationPlan``, built
+by the worker: worker/speculation.py) from the event loop (thread-safe: they queue work
 for the next step) and runs ``step()`` in one worker thread. Each step is
 schedule → draft → run → verify → postprocess and returns the new tokens of every request
 that moved. A request the engine fails on is finished alone (finish_reason "error" with an
@@ -15,9 +16,10 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from shared.control import Decision, StepStats
+from shared.control import StepStats
 from shared.errors import ErrorCode
 from shared.schemas import FinishReason, Logprobs, SamplingParams
+from worker.engine.spec.speculation_plan import SpeculationPlan
 
 __all__ = ["DraftOutcome", "Engine", "EngineRequest", "RequestOutput", "StepResult", "StepStats"]
 
@@ -43,7 +45,7 @@ class DraftOutcome:
     tokens: int  # emitted this step (after an EOS, max_tokens or grammar cut)
     accepted: int = 0  # of them, accepted drafts: always the first ``accepted``
     drafted: int = 0  # drafts proposed (0: none, e.g. γ = 0, a prompt's first token)
-    gamma: int = 0  # drafts asked for (the decision's γ, capped by what may still be emitted)
+    gamma: int = 0  # drafts asked for (the plan's γ, capped by what may still be emitted)
     drafter: str | None = None  # the drafter that proposed them (None: no drafts)
 
 
@@ -88,8 +90,8 @@ class Engine(ABC):
         "cancelled" (unknown or finished ids are ignored). Thread-safe."""
 
     @abstractmethod
-    def apply_decision(self, decision: Decision) -> None:
-        """Use this planner decision from the next step on. Thread-safe."""
+    def apply_plan(self, plan: SpeculationPlan) -> None:
+        """Speculate by ``plan`` from the next step on. Thread-safe."""
 
     @abstractmethod
     def step(self) -> StepResult:

@@ -2,18 +2,22 @@
 speculative decoding with a per-step γ, a drafter pool and elastic draft memory.
 
 A step reads top to bottom: take the inbox (inbox.py) → elastic memory (a plan it applies)
-→ schedule → draft → run → verify → postprocess → feedback → outputs and one ``StepStats``.
-Each phase returns named records (records.py); none fills in an argument.
+→ choose (γ, drafter) → schedule (scheduler.py; every preemption is its) → draft (returns the
+drafts) → forward (forward.py) → verify (a ``Verified`` per sequence: spec/verify.py) →
+commit (commit.py: the one place the sequences, the target's blocks and the drafters'
+rollback change) → feedback → outputs, and one ``StepStats`` built from the phases' records
+(step_stats.py). Each phase returns named records (records.py); none fills in an argument.
 
-Speculation (worker/engine/spec/): γ comes from the latest planner decision at the batch
-size of decoding sequences; the scheduler reserves γ slots after each decoding sequence, the
-active drafter appends its drafts, and one target forward computes γ+1 rows per decoding
-sequence next to the prefill chunks of others. Verification (greedy, keyed draws for seeded
-sampling, rejection sampling for unseeded: spec/verify.py) emits 1..γ+1 tokens per sequence;
-rejected drafts are rolled back in the target (``Sequence.truncate`` +
-``BlockManager.truncate``) and in every drafter. γ = 0 runs no draft work at all.
+Speculation (worker/engine/spec/): γ comes from the latest ``SpeculationPlan`` (the worker
+builds it from the planner's decision) at the batch size of decoding sequences; the scheduler
+reserves γ slots after each decoding sequence, the active drafter proposes its drafts, and
+one target forward computes γ+1 rows per decoding sequence (its last token, then its drafts)
+next to the prefill chunks of others. Verification (greedy, keyed draws for seeded sampling,
+rejection sampling for unseeded: spec/verify.py) emits 1..γ+1 tokens per sequence; commit
+appends the accepted drafts and the target's token and rolls the rejected ones back in the
+target (``BlockManager.truncate``) and in every drafter. γ = 0 runs no draft work at all.
 
-Failure isolation: when draft, run, verify or postprocess raises, every scheduled sequence
+Failure isolation: when draft, forward, verify or commit raises, every scheduled sequence
 goes back to where it was before the step (drafts and anything appended dropped, blocks
 freed, recomputed later: exact, as a preemption is). Alone, the sequence is the cause and
 finishes with reason "error" (``ErrorCode.ENGINE_ERROR``); in a batch, each becomes a
@@ -27,17 +31,18 @@ import logging
 import time
 from typing import Any
 
-from shared.control import Decision, MemoryEvent
+from shared.control import MemoryEvent
 from shared.errors import ErrorCode
-from worker.engine.api import Engine, EngineRequest, RequestOutput, StepResult, StepStats
+from worker.engine.api import Engine, EngineRequest, RequestOutput, StepResult
 from worker.engine.block_manager import BlockManager
+from worker.engine.commit import Commit
 from worker.engine.config import EngineConfig
 from worker.engine.forward import TargetForward
 from worker.engine.grammar import GrammarError, Grammars
-from worker.engine.inbox import Abort, AddRequest, ApplyDecision, Inbox, Resize
+from worker.engine.inbox import Abort, AddRequest, ApplyPlan, Inbox, Resize
 from worker.engine.kv_cache import bytes_per_block
 from worker.engine.logits_cache import LogitsCache
-from worker.engine.logprobs import record_output, score_pending, take
+from worker.engine.logprobs import score_pending, take
 from worker.engine.model_runner import ModelRunner
 from worker.engine.records import StepWork, Verified
 from worker.engine.scheduler import Scheduled, Scheduler
@@ -45,8 +50,10 @@ from worker.engine.sequence import Sequence
 from worker.engine.spec.drafter import Drafter
 from worker.engine.spec.memory import ElasticMemory
 from worker.engine.spec.pool import DrafterPool
+from worker.engine.spec.speculation_plan import SpeculationPlan
 from worker.engine.spec.speculator import Feedback, SpecChoice, Speculator
 from worker.engine.spec.verify import verify_batch
+from worker.engine.step_stats import EngineState, StepRecord, step_stats
 
 log = logging.getLogger(__name__)
 
@@ -67,18 +74,23 @@ class LLMEngine(Engine):
         self.weights = ""  # what the target's weights are served as (load_engine: "Q4_1", "float32", ...)
         self.blocks = BlockManager(runner.cache.num_blocks, config.block_size, config.enable_prefix_caching)
         self.logits_cache = LogitsCache(config.logits_cache_size)
-        self.scheduler = Scheduler(
-            self.blocks, config.max_num_seqs, config.max_num_batched_tokens, self._context_limit()
-        )
         self._inbox = Inbox()
         self._seqs: dict[str, Sequence] = {}  # waiting or running
-        self._decision: Decision | None = None
+        self._plan: SpeculationPlan | None = None
         self._step = 0
         pool = DrafterPool(drafters, config.counterfactual_every) if drafters else None
         block_bytes = bytes_per_block(runner.config, config.block_size, runner.dtype)
         self.memory = ElasticMemory(pool.models if pool else [], block_bytes)
         self.spec = Speculator(pool, self.memory, config.max_gamma)
+        self.scheduler = Scheduler(  # a sequence it lets go of leaves the drafters too
+            self.blocks,
+            config.max_num_seqs,
+            config.max_num_batched_tokens,
+            self._context_limit(),
+            on_release=self.spec.free,
+        )
         self.forward = TargetForward(runner, self.blocks, self.logits_cache, self.spec)
+        self.commit = Commit(self.blocks, self.logits_cache, self.spec, self.scheduler, self.eos_token_ids)
         self.grammars = Grammars(runner.config.vocab_size, self.eos_token_ids)  # structured output
 
     @property
@@ -97,8 +109,8 @@ class LLMEngine(Engine):
     def abort_request(self, request_id: str) -> None:
         self._inbox.put(Abort(request_id))
 
-    def apply_decision(self, decision: Decision) -> None:
-        self._inbox.put(ApplyDecision(decision))
+    def apply_plan(self, plan: SpeculationPlan) -> None:
+        self._inbox.put(ApplyPlan(plan))
 
     def set_num_blocks(self, num_blocks: int) -> None:
         """Grow or shrink the KV pool at the next step; shrinking preempts the newest
@@ -125,126 +137,54 @@ class LLMEngine(Engine):
     # ------------------------------------------------------------------- the step
 
     def step(self) -> StepResult:
-        t0 = time.perf_counter()
-        queries0, hits0 = self.blocks.prefix_queries, self.blocks.prefix_hits
+        t0, queries0, hits0 = time.perf_counter(), self.blocks.prefix_queries, self.blocks.prefix_hits
         touched, memory_events = self._take_inbox()
         memory_events += self._apply_memory()
-        running, sched = self.scheduler.running, self.scheduler
-        ahead = min(len(running) + len(sched.waiting), sched.max_num_seqs)  # the batch being formed
-        choice = self.spec.choose(self._decision, [s for s in running if not s.prefilling], ahead)
-        plan = self.scheduler.schedule(num_lookahead=choice.slots)
-        for seq in plan.preempted:
-            self.spec.free(seq.request_id)
-        work = self._advance(plan.scheduled, choice)
+        choice = self._choose()
+        sched = self.scheduler.schedule(num_lookahead=choice.slots)
+        work = self._advance(sched.scheduled, choice)
         feedback = self._feedback(choice.drafter if work.drafted.drafts else None, work.verified)
-        outputs = self._retire(touched + plan.rejected + [v.seq for v in work.verified] + work.failed)
-        running, drafted = self.scheduler.running, work.drafted
-        step_time = time.perf_counter() - t0
-        stats = StepStats(
-            step=self._step,
-            batch_size=sum(1 for v in work.verified if not v.candidate.scheduled.prefill),
-            prefill_tokens=work.prefilled,
-            num_tokens=work.kept,
-            gamma=choice.gamma if drafted.drafts else 0,
-            drafter=drafted.drafter,
-            drafter_shares=drafted.shares,
-            step_time=step_time,
-            draft_time=drafted.seconds,
-            verify_time=work.verify_time,
-            other_time=step_time - work.verify_time - drafted.seconds,
-            counterfactual_time=feedback.seconds + choice.prompt_seconds,
-            prompts_scored=choice.prompts_scored,
-            proposed=drafted.proposed,
-            accepted=feedback.accepted,
-            num_drafts=feedback.drafts,
-            accepted_per_pos=feedback.per_pos,
-            counterfactual=feedback.counterfactual,
-            lookahead=feedback.lookahead,
-            mean_context=sum(len(s.token_ids) for s in running) / len(running) if running else 0.0,
-            running=len(running),
-            waiting=len(self.scheduler.waiting),
-            free_blocks=self.blocks.num_free_blocks,
-            total_blocks=self.blocks.num_blocks,
-            draft_resident=self.memory.resident,
-            switch_costs=drafted.switch_costs,
-            prefix_queries=self.blocks.prefix_queries - queries0,
-            prefix_hits=self.blocks.prefix_hits - hits0,
-            preempted=len(plan.preempted),
-            failed=len(work.failed),
-            decision_version=self._decision.version if self._decision else 0,
-            memory_events=memory_events,
-        )
+        outputs = self._retire(touched + sched.rejected + [v.seq for v in work.verified] + work.failed)
+        state = self._state(time.perf_counter() - t0, queries0, hits0)
+        record = StepRecord(self._step, choice, sched, work, feedback, memory_events, state)
         self._step += 1
-        return StepResult(outputs, stats)
+        return StepResult(outputs, step_stats(record))
+
+    def _choose(self) -> SpecChoice:
+        """γ and drafter of the step's decoding sequences, at the batch being formed."""
+        running, sched = self.scheduler.running, self.scheduler
+        ahead = min(len(running) + len(sched.waiting), sched.max_num_seqs)  # prefilling, waiting too
+        return self.spec.choose(self._plan, [s for s in running if not s.prefilling], ahead)
 
     def _advance(self, scheduled: list[Scheduled], choice: SpecChoice) -> StepWork:
-        """draft → run → verify → postprocess for the scheduled sequences, or, if any of it
+        """draft → forward → verify → commit for the scheduled sequences, or, if any of it
         raises, the failure isolated (see the module docstring)."""
         lengths = [len(s.seq.token_ids) for s in scheduled]
         try:
             self.runner.cache.copy(self.blocks.take_copies())
             drafted = self.spec.draft(choice, scheduled)
             t0 = time.perf_counter()
-            verified = verify_batch(self.forward(scheduled, drafted.drafts), self.eos_token_ids)
-            kept = self._postprocess(scheduled, verified)
+            forwarded = self.forward(scheduled, drafted.drafts)
+            verified = verify_batch(forwarded.candidates, self.eos_token_ids)
+            committed = self.commit(scheduled, drafted, forwarded, verified)
             verify_time = time.perf_counter() - t0
         except Exception as exc:
             return StepWork(failed=self._isolate(scheduled, lengths, exc))
-        for s in scheduled:
-            if s.seq.suspect and not s.prefill:
-                s.seq.suspect = False  # a decoding step of its own went through: cleared
-        cached = sum(1 for v in verified if v.candidate.from_cache)  # exact repeats computed nothing
-        prefilled = sum(s.num_new for s in scheduled if s.prefill) - cached
-        return StepWork(drafted, verified, kept, prefilled, verify_time)
+        return StepWork(drafted, verified, committed.kept, committed.prefilled, verify_time)
 
-    def _postprocess(self, scheduled: list[Scheduled], verified: list[Verified]) -> int:
-        """Apply the step to every scheduled sequence: its computed tokens, the kept tokens
-        of a verification (rejected drafts leave every cache), its finish. Returns the
-        number of tokens emitted."""
-        for s in scheduled:
-            s.seq.num_computed += s.num_new
-        with_rows = {id(v.candidate.scheduled) for v in verified}
-        for s in scheduled:
-            if id(s) not in with_rows:  # a prompt chunk in the middle of the prompt
-                self.blocks.commit(s.seq.request_id, s.seq.token_ids, s.seq.num_computed)
-        return sum(self._apply(v) for v in verified)
-
-    def _apply(self, v: Verified) -> int:
-        seq, d, out = v.seq, v.drafted, v.emitted
-        start = len(seq.token_ids) - (len(d.tokens) if d else 0)
-        keep = self._keep(seq, start, out)
-        seq.outcomes.append(v.outcome(keep))
-        record_output(seq.logprobs, start - seq.num_prompt, v.candidate.logits, out[:keep])
-        if d is not None:
-            seq.truncate(start + keep - 1)
-            self.blocks.truncate(seq.request_id, start + keep - 1)
-            self.spec.rollback(seq.request_id, start + keep - 1)
-        self.blocks.commit(seq.request_id, seq.token_ids, seq.num_computed)
-        if seq.prefilling:
-            if not v.candidate.from_cache:  # freshly computed: keep it for an exact repeat
-                self.logits_cache.put(seq.token_ids, v.candidate.logits[-1])
-                self.blocks.cache_tail(seq.request_id, seq.token_ids)
-            seq.prefilling = False
-        seq.append(out[keep - 1])
-        self._check_finished(seq, out[keep - 1])
-        return keep
-
-    def _keep(self, seq: Sequence, start: int, out: list[int]) -> int:
-        """How many of the emitted tokens stand: up to the first EOS, within max_tokens and
-        the longest context (the scheduler's γ caps make the last two hold already)."""
-        keep = len(out)
-        if not seq.params.ignore_eos:
-            keep = next((j + 1 for j, t in enumerate(out) if t in self.eos_token_ids), keep)
-        room = min(seq.params.max_tokens - (start - seq.num_prompt), self.scheduler.max_model_len - start)
-        keep = max(1, min(keep, room))
-        return seq.grammar.accept(out[:keep]) if seq.grammar is not None else keep  # cut at its end
-
-    def _check_finished(self, seq: Sequence, token: int) -> None:
-        ended = seq.grammar is not None and seq.grammar.done
-        if ended or (token in self.eos_token_ids and not seq.params.ignore_eos):
-            seq.finish("stop")
-        elif seq.num_output >= seq.params.max_tokens or len(seq.token_ids) >= self.scheduler.max_model_len:
-            seq.finish("length")
+    def _state(self, step_time: float, queries0: int, hits0: int) -> EngineState:
+        """The engine as the step ends, for its stats."""
+        return EngineState(
+            step_time=step_time,
+            contexts=[len(s.token_ids) for s in self.scheduler.running],
+            waiting=len(self.scheduler.waiting),
+            free_blocks=self.blocks.num_free_blocks,
+            total_blocks=self.blocks.num_blocks,
+            prefix_queries=self.blocks.prefix_queries - queries0,
+            prefix_hits=self.blocks.prefix_hits - hits0,
+            draft_resident=self.memory.resident,
+            plan_version=self._plan.version if self._plan else 0,
+        )
 
     def _feedback(self, drafter: Drafter | None, verified: list[Verified]) -> Feedback:
         """Acceptance for telemetry; a failure here costs the drafters their state, not a request."""
@@ -267,8 +207,7 @@ class LLMEngine(Engine):
             seq.outcomes.clear()  # only this step's: the steps before were reported
             if seq.grammar is not None:
                 seq.grammar.sync(seq.num_output)
-            self.scheduler.preempt(seq)
-            self.spec.free(seq.request_id)
+            self.scheduler.preempt(seq)  # its drafters' state goes too (on_release)
             seq.suspect = len(seqs) > 1
         if len(seqs) > 1:
             return []
@@ -286,8 +225,7 @@ class LLMEngine(Engine):
         for seq in touched:
             if seq.is_finished and self._seqs.get(seq.request_id) is seq:
                 del self._seqs[seq.request_id]
-                self.scheduler.remove(seq)
-                self.spec.free(seq.request_id)
+                self.scheduler.remove(seq)  # its drafters' state goes too (on_release)
         score_pending([seq.logprobs for seq in touched if seq.logprobs is not None])  # one batch
         return [self._output(seq) for seq in dict.fromkeys(touched)]
 
@@ -327,11 +265,10 @@ class LLMEngine(Engine):
                     seq = self._seqs.pop(cmd.request_id, None)
                     if seq is not None:
                         self.scheduler.remove(seq)
-                        self.spec.free(seq.request_id)
                         seq.finish("cancelled")
                         touched.append(seq)
-                elif isinstance(cmd, ApplyDecision):
-                    self._decision = cmd.decision
+                elif isinstance(cmd, ApplyPlan):
+                    self._plan = cmd.plan
                 else:
                     resizes.append(cmd.num_blocks)
         return touched, [self._resize(n) for n in resizes]
@@ -358,7 +295,7 @@ class LLMEngine(Engine):
 
     def _apply_memory(self) -> list[MemoryEvent]:
         """Advance elastic memory by the plan it returns (drafters' state, the pool size)."""
-        plan = self.memory.plan(bool(self._decision and self._decision.offload), self.blocks.num_blocks)
+        plan = self.memory.plan(bool(self._plan and self._plan.offload), self.blocks.num_blocks)
         if plan.release_drafters:
             self.spec.reset()
         resized = self._resize(plan.resize_to) if plan.resize_to is not None else None
@@ -366,18 +303,8 @@ class LLMEngine(Engine):
 
     def _resize(self, num_blocks: int) -> MemoryEvent:
         t0 = time.perf_counter()
-        old, preempted = self.blocks.num_blocks, 0
-        while True:
-            try:
-                moves = self.blocks.resize(num_blocks)
-                break
-            except ValueError:
-                if not self.scheduler.running:
-                    raise
-                victim = max(self.scheduler.running, key=Sequence.sort_key)
-                self.scheduler.preempt(victim)
-                self.spec.free(victim.request_id)
-                preempted += 1
+        old = self.blocks.num_blocks
+        moves, preempted = self.scheduler.resize(num_blocks)  # preempting where blocks must go
         self.runner.cache.resize(num_blocks, moves)
         self.scheduler.max_model_len = self._context_limit()
         return MemoryEvent(

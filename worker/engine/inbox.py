@@ -1,6 +1,6 @@
 """The engine's inbox: what other threads ask of the stepping thread, as typed commands.
 
-``add_request``, ``abort_request``, ``apply_decision`` and ``set_num_blocks`` only queue a
+``add_request``, ``abort_request``, ``apply_plan`` and ``set_num_blocks`` only queue a
 command; the step takes every queued command at its start, under the same lock, so the
 scheduler, block managers and caches are only ever touched by the stepping thread.
 """
@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from shared.control import Decision
 from worker.engine.api import EngineRequest
+from worker.engine.spec.speculation_plan import SpeculationPlan
 
 
 @dataclass(frozen=True)
@@ -28,8 +28,8 @@ class Abort:
 
 
 @dataclass(frozen=True)
-class ApplyDecision:
-    decision: Decision
+class ApplyPlan:
+    plan: SpeculationPlan
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Resize:
     num_blocks: int
 
 
-Command = AddRequest | Abort | ApplyDecision | Resize
+Command = AddRequest | Abort | ApplyPlan | Resize
 
 
 class Inbox:

@@ -28,16 +28,14 @@ from worker.engine.sequence import Sequence
 
 
 def process_rows(logits: torch.Tensor, seq: Sequence, drafts: list[int], eos: frozenset[int]) -> torch.Tensor:
-    """The candidate's rows ([k+1, V]; ``drafts`` are its k drafts, which ``seq`` holds at
-    the end of its tokens while it is verified) with the sequence's processors applied (a
-    new tensor; the input, which the logits cache may keep, is left as it is)."""
+    """The candidate's rows ([k+1, V]; ``drafts`` are its k drafts, after the tokens ``seq``
+    holds) with the sequence's processors applied (a new tensor; the input, which the logits
+    cache may keep, is left as it is)."""
     p: SamplingParams = seq.params
     out = logits.float().clone()
     vocab = out.shape[-1]
     prompt = seq.prompt_token_ids
-    # A verifying sequence holds its drafts already (they are cut back after verification).
-    held = seq.token_ids[: len(seq.token_ids) - len(drafts)] if drafts else seq.token_ids
-    output = held[len(prompt) - seq.resumed :]  # a resume's sent output included
+    output = seq.token_ids[len(prompt) - seq.resumed :]  # a resume's sent output included
     bias_ids = [t for t in p.logit_bias if t < vocab]
     bias = torch.tensor([p.logit_bias[t] for t in bias_ids], dtype=out.dtype)
     banned = sorted(t for t in eos | set(p.stop_token_ids) if t < vocab)

@@ -1,10 +1,12 @@
 """The named records one engine step passes from phase to phase.
 
 schedule → ``Scheduled`` (scheduler.py) → draft → ``DraftRound`` (a ``Drafted`` per
-decoding sequence) → run → ``Candidate`` per sequence whose forward produced logits rows →
-verify → ``Verified`` (the tokens the target chose) → postprocess; ``StepWork`` sums up those
-phases for the step's stats. Each phase takes the records of the one before and returns its
-own; none fills in an argument.
+decoding sequence; the sequences do not hold their drafts) → forward → ``Candidate`` per
+sequence whose forward produced logits rows, and ``PromptRows`` to score (forward.py) →
+verify → ``Verified`` (the tokens the target chose) → commit (commit.py: the tokens that
+stand, into the sequences and caches); ``StepWork`` sums up those phases for the step's stats
+(step_stats.py). Each phase takes the records of the one before and returns its own; none
+fills in an argument.
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ from worker.engine.sequence import Sequence
 
 @dataclass
 class Drafted:
-    """One decoding sequence's drafts of this step (already appended to its tokens)."""
+    """One decoding sequence's drafts of this step (fed after its tokens, not among them)."""
 
-    start: int  # tokens before the drafts (L): the first emitted token lands at position L
+    start: int  # the sequence's tokens (L): the first emitted token lands at position L
     tokens: list[int]
     q: torch.Tensor | None  # [len(tokens), V] draft probabilities (sampled sequences; None: point mass)
     requested: int  # γ reserved for it
@@ -43,6 +45,16 @@ class DraftRound:
     @property
     def proposed(self) -> int:
         return sum(len(d.tokens) for d in self.drafts.values())
+
+
+@dataclass
+class PromptRows:
+    """Logits rows of a prompt chunk, positions ``start ..``, each scoring the next prompt
+    token (a request that asks for prompt logprobs; commit records them)."""
+
+    seq: Sequence
+    start: int
+    rows: torch.Tensor
 
 
 @dataclass
@@ -89,11 +101,11 @@ class Verified:
 
 @dataclass
 class StepWork:
-    """What draft → run → verify → postprocess did this step (all zero after a failure)."""
+    """What draft → forward → verify → commit did this step (all zero after a failure)."""
 
     drafted: DraftRound = field(default_factory=DraftRound)
     verified: list[Verified] = field(default_factory=list)
     kept: int = 0  # tokens emitted
     prefilled: int = 0  # prompt tokens computed
-    verify_time: float = 0.0  # the target forward, verification and postprocess
+    verify_time: float = 0.0  # the target forward, verification and commit
     failed: list[Sequence] = field(default_factory=list)  # finished with an engine error

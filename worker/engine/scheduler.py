@@ -10,12 +10,18 @@ and the free blocks allow; the first that does not fit stops admission (no overt
 
 Suspects (``Sequence.suspect``: they were in a batch the engine failed on) run alone, one at
 a time and nothing beside them, until the engine clears or fails each one; see engine.py.
+
+Every preemption is the scheduler's: when blocks run short in ``schedule``, when the pool
+shrinks (``resize``), and when the engine hands back the sequences of a failed step
+(``preempt``). Whenever a sequence leaves the schedule (finished, aborted or preempted) its
+target blocks are freed here and ``on_release`` is told its id (the engine's drafters drop
+their state of it).
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from worker.engine.block_manager import BlockManager
@@ -43,9 +49,15 @@ class SchedulerOutput:
 
 class Scheduler:
     def __init__(
-        self, blocks: BlockManager, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int
+        self,
+        blocks: BlockManager,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        max_model_len: int,
+        on_release: Callable[[str], None] | None = None,
     ) -> None:
         self.blocks = blocks
+        self.on_release = on_release  # told each request id whose state is dropped
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
@@ -58,20 +70,40 @@ class Scheduler:
         bisect.insort(self.waiting, seq, key=Sequence.sort_key)
 
     def remove(self, seq: Sequence) -> None:
-        """Take a sequence out of the schedule and free its blocks (finish or abort)."""
+        """Take a sequence out of the schedule and free its blocks (finish or abort); its
+        release is told in any case (a sequence finished while waiting may hold drafter state)."""
         if seq in self.running:
             self.running.remove(seq)
+            self.blocks.free(seq.request_id)
         elif seq in self.waiting:
             self.waiting.remove(seq)
-        else:
-            return
-        self.blocks.free(seq.request_id)
+            self.blocks.free(seq.request_id)
+        self._release(seq)
 
     def preempt(self, seq: Sequence) -> None:
+        """Preempt a running sequence by recompute: its blocks freed, it waits again."""
         self.running.remove(seq)
         self.blocks.free(seq.request_id)
         seq.reset_for_recompute()
         self.add(seq)
+        self._release(seq)
+
+    def resize(self, num_blocks: int) -> tuple[list[tuple[int, int]], int]:
+        """Resize the block pool, preempting the newest running sequences while their blocks
+        cannot otherwise stay; the block moves (for the KV cache) and how many were preempted."""
+        preempted = 0
+        while True:
+            try:
+                return self.blocks.resize(num_blocks), preempted
+            except ValueError:
+                if not self.running:
+                    raise
+                self.preempt(max(self.running, key=Sequence.sort_key))
+                preempted += 1
+
+    def _release(self, seq: Sequence) -> None:
+        if self.on_release is not None:
+            self.on_release(seq.request_id)
 
     def schedule(self, num_lookahead: int | Mapping[str, int] = 0) -> SchedulerOutput:
         """Plan one step. ``num_lookahead`` (γ, for every decoding sequence or per request id)

@@ -20,9 +20,9 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.control import Decision
 from shared.profile import CostProfile
 from worker.engine.api import Engine, EngineRequest, RequestOutput, StepResult, StepStats
+from worker.engine.spec.speculation_plan import SpeculationPlan
 
 DEFAULT_TOKENS = (284, 285, 286, 287)  # any ids of the tokenizer's: ordinary word pieces
 
@@ -63,7 +63,7 @@ class SyntheticEngine(Engine):
         self._aborts: set[str] = set()
         self._running: dict[str, _Seq] = {}
         self._step = 0
-        self.decision: Decision | None = None
+        self.plan: SpeculationPlan | None = None
 
     @classmethod
     def from_options(
@@ -93,8 +93,8 @@ class SyntheticEngine(Engine):
         with self._lock:
             self._aborts.add(request_id)
 
-    def apply_decision(self, decision: Decision) -> None:
-        self.decision = decision
+    def apply_plan(self, plan: SpeculationPlan) -> None:
+        self.plan = plan
 
     def has_unfinished(self) -> bool:
         with self._lock:
@@ -133,7 +133,7 @@ class SyntheticEngine(Engine):
             verify_time=step_s,
             running=len(self._running),
             waiting=waiting,
-            decision_version=self.decision.version if self.decision else 0,
+            decision_version=self.plan.version if self.plan else 0,
         )
         return StepResult(outputs, stats)
 

@@ -23,6 +23,7 @@ from worker.engine.api import EngineRequest
 from worker.engine.engine import LLMEngine
 from worker.engine.loader import load_engine
 from worker.engine.model_runner import ForwardItem
+from worker.speculation import apply_decision
 
 pytestmark = pytest.mark.smollm2
 NEW = 28
@@ -53,7 +54,7 @@ def requests(prompts: list[list[int]]) -> list[EngineRequest]:
 
 def fixed(engine: LLMEngine, prompts: list[list[int]], gamma: int, drafter: str) -> Run:
     decision = Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, gamma)], drafter=drafter)
-    engine.apply_decision(decision)
+    apply_decision(engine, decision)
     return drive(engine, requests(prompts), per_step=1)
 
 

@@ -22,6 +22,7 @@ from worker.engine.records import Candidate, Drafted
 from worker.engine.scheduler import Scheduled
 from worker.engine.sequence import Sequence
 from worker.engine.spec.drafter import Proposal
+from worker.speculation import apply_decision
 
 GREEDY = SamplingParams(max_tokens=NEW, ignore_eos=True)
 
@@ -106,7 +107,9 @@ def test_a_request_that_breaks_the_drafter_fails_alone(
         return propose(seqs, ks)
 
     monkeypatch.setattr(ngram, "propose", poisoned)
-    engine.apply_decision(Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, 2)], drafter="ngram"))
+    apply_decision(
+        engine, Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, 2)], drafter="ngram")
+    )
     run = drive(engine, batch_with_poison())
     # Its first token came from the batch's prefill, its second from its own (recompute)
     # prefill as a suspect; its first draft then failed alone.
@@ -122,7 +125,9 @@ def test_a_vanishing_temperature_samples(llama_dir: Path, validated: bool) -> No
     params = SamplingParams(**fields) if validated else SamplingParams.model_construct(None, **fields)
     assert not params.greedy
     engine = load_engine(llama_dir, block_size=4, num_blocks=64)
-    engine.apply_decision(Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, 2)], drafter="ngram"))
+    apply_decision(
+        engine, Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, 2)], drafter="ngram")
+    )
     run = drive(
         engine, [EngineRequest("tiny", PROMPTS[0], params), EngineRequest("greedy", PROMPTS[1], GREEDY)]
     )

@@ -22,6 +22,7 @@ from tests.worker.engine.tiny import hf_model
 from worker.engine.api import EngineRequest
 from worker.engine.loader import load_engine
 from worker.engine.logprobs import FLOOR, score
+from worker.speculation import apply_decision
 
 NEW = 20
 K = 5
@@ -52,7 +53,7 @@ def recording(engine: Any) -> list[Any]:
 
 def stepped(engine: Any, reqs: list[EngineRequest], gamma: int) -> tuple[Run, list[Any]]:
     """drive() at a fixed γ, keeping every RequestOutput."""
-    engine.apply_decision(Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, gamma)]))
+    apply_decision(engine, Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, gamma)]))
     outputs = recording(engine)
     return drive(engine, reqs), outputs
 
@@ -87,7 +88,7 @@ def random_gamma_run(engine: Any, reqs: list[EngineRequest], drafter: str, seed:
         if not pending and not engine.has_unfinished():
             return run
         table = [(1, rng.randrange(5)), (ALL_BATCHES, rng.randrange(5))]
-        engine.apply_decision(Decision(version=step + 1, policy="test", gamma_table=table, drafter=drafter))
+        apply_decision(engine, Decision(version=step + 1, policy="test", gamma_table=table, drafter=drafter))
         result = engine.step()
         run.stats.append(result.stats)
         for out in result.outputs:

@@ -128,3 +128,31 @@ def test_lookahead_shrinks_near_max_tokens_and_the_context_limit() -> None:
         "near-len": 2,
         "free": 4,
     }
+
+
+def test_every_sequence_let_go_of_is_released_once_per_release() -> None:
+    """Preempted (in ``schedule``, ``preempt`` or ``resize``) or removed: ``on_release`` hears it."""
+    released: list[str] = []
+    sch = Scheduler(BlockManager(3, BS), 8, 64, 1000, on_release=released.append)
+    for name in ("a", "b", "c"):
+        sch.add(seq(name, 4))
+    advance(sch.schedule())  # one block each, all full
+    out = sch.schedule()  # each needs a second block: the newest go
+    assert [s.request_id for s in out.preempted] == released == ["c", "b"]
+    sch.remove(sch.running[0])
+    assert released == ["c", "b", "a"]
+    sch.remove(sch.waiting[0])  # waiting: no blocks, released all the same
+    assert released[-1] in ("b", "c") and len(released) == 4
+
+
+def test_a_shrinking_pool_preempts_the_newest_until_the_blocks_fit() -> None:
+    released: list[str] = []
+    sch = Scheduler(BlockManager(8, BS), 8, 64, 1000, on_release=released.append)
+    for name in ("a", "b", "c"):
+        sch.add(seq(name, 7))
+    advance(sch.schedule())  # two blocks each: 6 of 8 used
+    moves, preempted = sch.resize(3)
+    assert preempted == 2 and released == ["c", "b"] and [s.request_id for s in sch.running] == ["a"]
+    assert sch.blocks.num_blocks == 3 and all(dst < 3 for _, dst in moves)
+    sch.blocks.check_integrity()
+    assert sch.resize(8) == ([], 0)

@@ -1,10 +1,10 @@
 """The cost rule: each decoding sequence drafts with the (drafter, γ) of least predicted time
 per token, at its own acceptance.
 
-The planner's decision carries its prediction of what a step costs (``Decision.step_costs``:
+The planner's decision carries its prediction of what a step costs (``SpeculationPlan.step_costs``:
 at a few batch sizes, a plain step and a step at each γ with each drafter, as served: drafting,
 the verify forward and what speculating adds) and each drafter's prior acceptance
-(``Decision.acceptance``). A step at γ gives a sequence E(α, γ) = (1 − α^(γ+1))/(1 − α) tokens,
+(``SpeculationPlan.acceptance``). A step at γ gives a sequence E(α, γ) = (1 − α^(γ+1))/(1 − α) tokens,
 so its predicted time per token is ``spec_s / E(α, γ)`` (γ = 0: ``plain_s``); every decoding
 sequence takes the smallest at the step's batch size, so the load picks how far to speculate
 (a batch the verify forward makes expensive runs γ = 0 whatever the acceptance) and the text
@@ -20,13 +20,13 @@ verifications (and now and then the other drafters' counterfactuals on them) add
 discounted by ``DISCOUNT`` per verification so a sequence that changes domain is followed.
 Nothing here is explored: where the prior says a pair loses, it does not run.
 
-Switching is bounded: a sequence keeps its pair for at least ``Decision.hold_steps`` steps
+Switching is bounded: a sequence keeps its pair for at least ``SpeculationPlan.hold_steps`` steps
 (K, from the switching cost: the planner sets it) unless its batch-size class (the power of two
 above its batch size) changes, and a new pair must predict ``MARGIN`` less time per token.
 
 Speculation costs nothing where it cannot pay: ``CostRule.could_pay`` is false at a batch size
 where no drafter beats a plain step even at its highest plausible acceptance
-(``Decision.acceptance_hi``); there the engine runs no drafter, scores no prompt, hands no
+(``SpeculationPlan.acceptance_hi``); there the engine runs no drafter, scores no prompt, hands no
 features over and judges no n-gram lookahead (speculator.py).
 """
 
@@ -35,9 +35,10 @@ from __future__ import annotations
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 
-from shared.control import Decision, StepCosts
+from shared.control import StepCosts
 from shared.experts import expected_tokens
 from shared.profile import interp
+from worker.engine.spec.speculation_plan import SpeculationPlan
 
 PRIOR_WEIGHT = 4.0  # positions the planner's prior acceptance counts as, per sequence and drafter
 PROMPT_POSITIONS = 24  # last prompt tokens each drafter is scored on before a sequence drafts
@@ -92,20 +93,20 @@ def batch_class(batch: int) -> int:
 
 
 class CostRule:
-    """One decision's step costs, interpolated at any batch size (linear between the batch
+    """One plan's step costs, interpolated at any batch size (linear between the batch
     sizes the planner predicted, and beyond the ends)."""
 
-    def __init__(self, decision: Decision) -> None:
-        costs: Seq[StepCosts] = decision.step_costs
+    def __init__(self, plan: SpeculationPlan) -> None:
+        costs: Seq[StepCosts] = plan.step_costs
         self.batches = [float(c.batch) for c in costs]
         self.plain_s = [c.plain_s for c in costs]
         names = set.intersection(*(set(c.spec_s) for c in costs)) if costs else set()
         self.drafters = sorted(names)
         self.gamma_max = min((len(c.spec_s[n]) for c in costs for n in names), default=0)
         self.spec_s = {n: [[c.spec_s[n][g] for c in costs] for g in range(self.gamma_max)] for n in names}
-        self.prior = dict(decision.acceptance)
-        self.hi = {n: decision.acceptance_hi.get(n, self.prior.get(n, DEFAULT_ACCEPTANCE)) for n in names}
-        self.hold = decision.hold_steps
+        self.prior = dict(plan.acceptance)
+        self.hi = {n: plan.acceptance_hi.get(n, self.prior.get(n, DEFAULT_ACCEPTANCE)) for n in names}
+        self.hold = plan.hold_steps
 
     def __bool__(self) -> bool:
         return bool(self.batches)

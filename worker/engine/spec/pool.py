@@ -1,7 +1,7 @@
 """The drafter pool: which drafter drafts, catch-up as the switching cost, and every other
 drafter's counterfactual acceptance on the tokens the target just verified (HedgeSpec).
 
-One drafter is active per step (the planner's ``Decision.drafter``; None or an unknown name
+One drafter is active per step (the planner's ``SpeculationPlan.drafter``; None or an unknown name
 gives the default, the first model drafter). When it drafts after a step where it did not
 (γ was 0, another drafter was active, the draft was reloaded), it first catches up on the
 tokens it missed in one batched prefill, timed and reported as a ``SwitchCostEvent``.

@@ -1,10 +1,10 @@
 """Per-request drafter choice: each sequence follows its own full-information learner.
 
 HedgeSpec's guarantee is per query: against the best drafter *for that request*. With
-``Decision.drafter_scope == "request"`` the engine gives every decoding sequence its own
+``SpeculationPlan.drafter_scope == "request"`` the engine gives every decoding sequence its own
 ``ExpertLearner`` (shared/experts.py; kind and forgetting from the decision) over the pool's
 drafters. A new sequence drafts first with the planner's batch-level choice
-(``Decision.drafter``: the prior, learnt over every request); after each verification it
+(``SpeculationPlan.drafter``: the prior, learnt over every request); after each verification it
 learns, for every drafter, a loss from the acceptance on *its own* verified positions — the
 realised acceptance of the drafter that drafted, the counterfactual acceptance of the others
 (pool.py) — and drafts next with its top-weight drafter, kept unless another leads by more
@@ -21,7 +21,7 @@ an empty n-gram proposal verified has rate 0 or 1, E 1 or 5: on nj-target's stor
 that sent half the sequences to the prose drafter, 0.94× static n-gram-4).
 
 The loss is 1 − acceptance, or, where the planner tells what each drafter costs
-(``Decision.drafter_costs``: c_d, a draft step's time over a plain target step), 1 − the
+(``SpeculationPlan.drafter_costs``: c_d, a draft step's time over a plain target step), 1 − the
 drafter's speed: u_d = E(r_d, γ) / ((γ + 1)(1 + γ·c_d)), the tokens a step of γ drafts by d
 would give (E(α, γ) = (1 − α^(γ+1))/(1 − α) at its acceptance rate r_d) per unit of time,
 over the most any drafter could give (every draft accepted, drafting free). A drafter twice

@@ -1,17 +1,18 @@
 """The engine's speculation, step by step: γ and drafter, drafting, rollback, feedback.
 
-Per step the engine asks ``choose`` for a ``SpecChoice``: under a decision with step costs, each
+Per step the engine asks ``choose`` for a ``SpecChoice``: under a plan with step costs, each
 decoding sequence's own (drafter, γ) by the cost rule (plan.py: least predicted time per token
 at the sequence's acceptance, its prompt scored by every drafter before its first draft);
-otherwise one γ for all (the planner's ``Decision.gamma_for`` at the batch size of decoding
-sequences) and the decision's drafter. γ is capped at ``max_gamma``, and 0 without a decision,
+otherwise one γ for all (``SpeculationPlan.gamma_for`` at the batch size of decoding
+sequences) and the plan's drafter. γ is capped at ``max_gamma``, and 0 without a plan,
 without drafters, or while the draft is not resident. The scheduler reserves each sequence's γ
-slots, then ``draft`` appends each sequence's drafts to its tokens. After the one
-target forward and verification, ``rollback`` drops rejected drafts from every drafter and
-``feedback`` computes the acceptance of the active drafter (realised) and, where the decision
-asks for it (``Decision.score_drafters``: a policy that learns over the drafters), of every
+slots, then ``draft`` returns each sequence's drafts (the sequences do not hold them; the
+target forward feeds them). After the one target forward and verification, commit appends
+the drafts that stand and ``rollback`` drops the rejected ones from every drafter, and
+``feedback`` computes the acceptance of the active drafter (realised) and, where the plan
+asks for it (``SpeculationPlan.score_drafters``: a policy that learns over the drafters), of every
 other one (counterfactual) for telemetry — but those the planner found dominated
-(``Decision.skip_drafters``); a fixed drafter costs no other drafter's forward.
+(``SpeculationPlan.skip_drafters``); a fixed drafter costs no other drafter's forward.
 
 Where nothing pays, a policy runs γ = 0 and now and then one speculative step (exploring).
 Such a step already pays the catch-up of the drafters that draft (every position they missed,
@@ -37,7 +38,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from shared.control import Decision, Lookahead
+from shared.control import Lookahead
 from shared.experts import ExpertLearner
 from worker.engine.records import Drafted, DraftRound, Verified
 from worker.engine.scheduler import Scheduled
@@ -49,6 +50,7 @@ from worker.engine.spec.ngram import NgramDrafter
 from worker.engine.spec.plan import PROMPT_POSITIONS, PROMPT_WEIGHT, CostRule
 from worker.engine.spec.pool import DrafterPool, pooled
 from worker.engine.spec.router import DrafterChoice, shared_costs
+from worker.engine.spec.speculation_plan import SpeculationPlan
 
 log = logging.getLogger(__name__)
 
@@ -86,35 +88,35 @@ class SpecChoice:
 class Speculator:
     def __init__(self, pool: DrafterPool | None, memory: ElasticMemory, max_gamma: int) -> None:
         self.pool, self.memory, self.max_gamma = pool, memory, max_gamma
-        self._decision: Decision | None = None  # of the step being drafted: its drafter scope
-        self._rule: CostRule | None = None  # the cost rule of ``_decision`` (None: it has none)
+        self._plan: SpeculationPlan | None = None  # of the step being drafted: its drafter scope
+        self._rule: CostRule | None = None  # the cost rule of ``_plan`` (None: it has none)
         self._active = False  # speculative work may pay this step (features, lookahead judge)
         self._idle = False  # the last decoding step ran γ = 0 (the drafters fell behind)
         self._resumed = False  # this step drafts right after γ = 0: its feedback scores nobody
         free = [d for d in pool.drafters.values() if isinstance(d, NgramDrafter)] if pool else []
         self.judge = LookaheadJudge(free, min(DEPTH, max_gamma)) if free and max_gamma > 0 else None
 
-    def choose(self, decision: Decision | None, decoding: list[Sequence], running: int) -> SpecChoice:
+    def choose(self, plan: SpeculationPlan | None, decoding: list[Sequence], running: int) -> SpecChoice:
         """γ and drafter for the step's ``decoding`` sequences (``running``: the batch being
         formed, prefilling and waiting sequences included: the cost rule gates speculative work
         at it, so a prompt prefilled for a busy batch hands no features over)."""
-        if decision is not self._decision:
-            self._decision = decision
-            self._rule = CostRule(decision) if decision is not None and decision.step_costs else None
-        if self.pool is None or decision is None or not self.memory.resident:
+        if plan is not self._plan:
+            self._plan = plan
+            self._rule = CostRule(plan) if plan is not None and plan.step_costs else None
+        if self.pool is None or plan is None or not self.memory.resident:
             self._active = self.pool is not None and self.memory.resident  # as before any rule
             return SpecChoice()
         if self._rule is not None:
             return self._by_cost(self._rule, decoding, running)
         self._active = True
-        gamma = max(0, min(decision.gamma_for(len(decoding)), self.max_gamma)) if decoding else 0
-        return SpecChoice(gamma, self.pool.resolve(decision.drafter)) if gamma else SpecChoice()
+        gamma = max(0, min(plan.gamma_for(len(decoding)), self.max_gamma)) if decoding else 0
+        return SpecChoice(gamma, self.pool.resolve(plan.drafter)) if gamma else SpecChoice()
 
     def _by_cost(self, rule: CostRule, decoding: list[Sequence], running: int) -> SpecChoice:
         """Each decoding sequence's pair by the cost rule; nothing at all where no drafter can
         pay at this batch size (no prompt scored, no features, no lookahead)."""
-        assert self.pool is not None and self._decision is not None
-        skip = set(self._decision.skip_drafters)
+        assert self.pool is not None and self._plan is not None
+        skip = self._plan.skip_drafters
         allowed = [d for d in rule.drafters if d in self.pool.drafters and d not in skip]
         self._active = rule.could_pay(max(len(decoding), running, 1), allowed)
         if not self._active or not decoding:
@@ -160,18 +162,20 @@ class Speculator:
 
     @property
     def per_request(self) -> bool:
-        d, pool = self._decision, self.pool
+        d, pool = self._plan, self.pool
         return d is not None and d.drafter_scope == "request" and pool is not None and len(pool.drafters) > 1
 
     @property
     def scores_drafters(self) -> bool:
-        """Whether this step's decision asks for every drafter's counterfactual acceptance."""
-        return self._decision is None or self._decision.score_drafters
+        """Whether this step's plan asks for every drafter's counterfactual acceptance."""
+        return self._plan is None or self._plan.score_drafters
 
     def draft(self, choice: SpecChoice, scheduled: list[Scheduled]) -> DraftRound:
-        """Drafts for every decoding sequence (appended to its tokens, counted in num_new):
-        all by the choice's drafter, in per-request scope each group by its own (router.py),
-        under the cost rule each sequence by its own."""
+        """Drafts for every decoding sequence, returned (the sequences do not hold them: the
+        target forward feeds them after each one's last token, commit appends those that
+        stand): all by the choice's drafter, in per-request scope each group by its own
+        (router.py), under the cost rule each sequence by its own. The drafters' own caches
+        advance here (catch-up and proposal forwards); ``rollback`` in commit cuts them back."""
         decoding = [s for s in scheduled if not s.prefill]
         if self.pool is None or not decoding:
             return DraftRound()
@@ -202,8 +206,6 @@ class Speculator:
                 if s.seq.grammar is not None and (q is None or s.seq.keyed):  # exact cut: grammar.py
                     tokens = tokens[: s.seq.grammar.fitting(tokens)]
                 out.drafts[s.seq.request_id] = Drafted(len(s.seq.token_ids), tokens, q, s.num_lookahead, name)
-                s.seq.token_ids.extend(tokens)
-                s.num_new += len(tokens)
             out.seconds += time.perf_counter() - t0
             out.shares[name] = len(group)
         if not out.shares:  # no sequence had room for a draft
@@ -227,20 +229,20 @@ class Speculator:
         """The decoding sequences per drafter that drafts for them this step."""
         if not self.per_request:
             return {drafter.name: decoding}
-        assert self.pool is not None and self._decision is not None
+        assert self.pool is not None and self._plan is not None
         groups: dict[str, list[Scheduled]] = {}
         for s in decoding:
             c = s.seq.drafter_choice
             if c is None or c.current not in self.pool.drafters:
-                learner = ExpertLearner(self._decision.request_learner, self._decision.request_discount)
+                learner = ExpertLearner(self._plan.request_learner, self._plan.request_discount)
                 c = s.seq.drafter_choice = DrafterChoice(learner, drafter.name)
-            elif c.current in self._decision.skip_drafters:  # dominated now: the planner's choice
+            elif c.current in self._plan.skip_drafters:  # dominated now: the planner's choice
                 c.current = drafter.name
             groups.setdefault(c.current, []).append(s)
         return groups
 
     def _costs(self) -> dict[str, float]:
-        return self._decision.drafter_costs if self._decision is not None else {}
+        return dict(self._plan.drafter_costs) if self._plan is not None else {}
 
     @staticmethod
     def _preference(v: Verified, costs: dict[str, float]) -> str:
@@ -314,7 +316,7 @@ class Speculator:
             part = [drafted[i] for i in scored]
             starts = [v.drafted.start for v in part if v.drafted is not None]
             actives = [v.drafted.drafter for v in part if v.drafted is not None]
-            skip = frozenset(self._decision.skip_drafters if self._decision is not None else ())
+            skip = self._plan.skip_drafters if self._plan is not None else frozenset()
             seqs, p_rows = [v.seq for v in part], [v.p for v in part]
             hits = self.pool.counterfactual_hits(actives, seqs, starts, p_rows, skip)
             for i, h in zip(scored, hits, strict=True):

@@ -158,7 +158,7 @@ def _keyed_draws(candidates: list[Candidate], probs_of: dict[int, torch.Tensor])
     positions: list[int] = []
     for i in keyed:
         seq = candidates[i].seq
-        first = seq.position(len(seq.token_ids) - len(_draft_tokens(candidates[i])))
+        first = seq.position(len(seq.token_ids))  # its drafts are not among its tokens
         n = probs_of[i].shape[0]
         seeds += [seq.params.seed or 0] * n
         positions += range(first, first + n)

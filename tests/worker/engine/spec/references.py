@@ -9,6 +9,7 @@ from shared.control import ALL_BATCHES, Decision
 from tests.worker.engine.drive import Run, check_outcomes
 from worker.engine.api import EngineRequest
 from worker.engine.engine import LLMEngine
+from worker.speculation import apply_decision
 
 NEW = 24
 NAMES = ["copy", "layer0", "rand-a", "rand-b", "ngram"]
@@ -29,14 +30,15 @@ def scheduled_run(
         if rng.random() < 0.3:
             drafter = rng.choice([*NAMES, None, "no-such-drafter"])
         table = [(1, rng.randrange(5)), (4, rng.randrange(5)), (ALL_BATCHES, rng.randrange(5))]
-        engine.apply_decision(
+        apply_decision(
+            engine,
             Decision(
                 version=step + 1,
                 policy="test",
                 gamma_table=table,
                 drafter=drafter,
                 offload=step in offload_steps,
-            )
+            ),
         )
         result = engine.step()
         run.stats.append(result.stats)

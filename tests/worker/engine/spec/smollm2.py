@@ -10,6 +10,7 @@ from shared.control import ALL_BATCHES, Decision
 from tests.worker.engine.drive import Run
 from worker.engine.api import EngineRequest
 from worker.engine.engine import LLMEngine
+from worker.speculation import apply_decision
 
 ROOT = Path(__file__).resolve().parents[4]
 SMOL = ROOT / "models" / "smollm2-135m-instruct"
@@ -33,14 +34,15 @@ def schedule(engine: LLMEngine, reqs: list[EngineRequest], seed: int, offload: s
         if rng.random() < 0.3:
             drafter = rng.choice(["smol-eagle-chat", "smol-eagle-code", "ngram"])
         gamma = rng.choice([0, 0, 1, 2, 3, 4, 6])
-        engine.apply_decision(
+        apply_decision(
+            engine,
             Decision(
                 version=step + 1,
                 policy="test",
                 gamma_table=[(ALL_BATCHES, gamma)],
                 drafter=drafter,
                 offload=step in offload,
-            )
+            ),
         )
         result = engine.step()
         run.stats.append(result.stats)

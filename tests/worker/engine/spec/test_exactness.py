@@ -19,6 +19,7 @@ from tests.worker.engine.spec.references import NEW, scheduled_run
 from tests.worker.engine.tiny import hf_greedy, hf_model
 from worker.engine.api import EngineRequest
 from worker.engine.loader import load_engine
+from worker.speculation import apply_decision
 
 
 @pytest.mark.parametrize(
@@ -67,7 +68,7 @@ def test_eos_inside_accepted_drafts_ends_the_sequence_there(spec_models: dict[st
     hf = hf_model(spec_models["target"])
     prompts = PROMPTS[:16]
     engine = load_engine(spec_models["target"], drafters=[spec_models["copy"]], block_size=4, num_blocks=256)
-    engine.apply_decision(Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, 4)]))
+    apply_decision(engine, Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, 4)]))
     run = drive(
         engine, [EngineRequest(str(i), p, SamplingParams(max_tokens=40)) for i, p in enumerate(prompts)]
     )
@@ -92,7 +93,7 @@ def test_limits_are_never_overshot(spec_models: dict[str, Path], max_tokens: int
             num_blocks=64,
             max_model_len=40,
         )
-        engine.apply_decision(Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, gamma)]))
+        apply_decision(engine, Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, gamma)]))
         params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
         runs.append(drive(engine, [EngineRequest(str(i), p, params) for i, p in enumerate(prompts)]))
     base, spec = runs

@@ -24,6 +24,7 @@ from tests.worker.engine.spec.references import NEW, scheduled_run
 from worker.engine.api import EngineRequest
 from worker.engine.loader import load_engine
 from worker.engine.spec.feature_drafter import FeatureDrafter
+from worker.speculation import apply_decision
 
 
 @pytest.mark.parametrize(
@@ -77,13 +78,13 @@ def test_features_only_when_a_feature_drafter_is_resident(
 
         monkeypatch.setattr(e.runner, "run_with_features", counted)
     params = SamplingParams(max_tokens=6, ignore_eos=True)
-    plain.apply_decision(Decision(version=1, policy="t", gamma_table=[(ALL_BATCHES, 2)]))
+    apply_decision(plain, Decision(version=1, policy="t", gamma_table=[(ALL_BATCHES, 2)]))
     drive(plain, [EngineRequest("a", PROMPTS[1], params)])
     assert calls["features"] == 0
-    engine.apply_decision(Decision(version=1, policy="t", gamma_table=[(ALL_BATCHES, 0)], offload=True))
+    apply_decision(engine, Decision(version=1, policy="t", gamma_table=[(ALL_BATCHES, 0)], offload=True))
     drive(engine, [EngineRequest("b", PROMPTS[1], params)])
     assert calls["features"] == 0, "offloaded: no hidden states"
-    engine.apply_decision(Decision(version=2, policy="t", gamma_table=[(ALL_BATCHES, 0)]))
+    apply_decision(engine, Decision(version=2, policy="t", gamma_table=[(ALL_BATCHES, 0)]))
     deadline = time.monotonic() + 30  # the weights come back in the background: wait for them
     while not engine.memory.resident and time.monotonic() < deadline:
         engine.step()
@@ -100,7 +101,9 @@ def test_speculative_sampling_with_a_feature_drafter_keeps_the_target_distributi
     engine = load_engine(
         small_vocab["target"], drafters=[head], block_size=4, num_blocks=1024, max_num_seqs=256
     )
-    engine.apply_decision(Decision(version=1, policy="t", gamma_table=[(ALL_BATCHES, 3)], drafter="fd-small"))
+    apply_decision(
+        engine, Decision(version=1, policy="t", gamma_table=[(ALL_BATCHES, 3)], drafter="fd-small")
+    )
     reqs = [EngineRequest(str(i), PROMPT, PARAMS.model_copy(update={"seed": i})) for i in range(TRIALS)]
     run = drive(engine, reqs)
     spec_steps = [s for s in run.stats if s.gamma > 0]

@@ -17,6 +17,7 @@ from tests.worker.engine.tiny import hf_greedy, hf_model
 from worker.engine.api import EngineRequest
 from worker.engine.loader import load_engine
 from worker.engine.spec.feature_drafter import FeatureDrafter
+from worker.speculation import apply_decision
 
 NEW = 28
 
@@ -65,7 +66,7 @@ def test_smollm2_seeded_sampling_is_the_same_text_under_its_heads() -> None:
         EngineRequest(str(i), p, SamplingParams(max_tokens=NEW, ignore_eos=True, seed=7 + i, **kinds[i % 3]))
         for i, p in enumerate(prompts)
     ]
-    engine.apply_decision(Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, 0)]))
+    apply_decision(engine, Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, 0)]))
     plain = drive(
         engine, [EngineRequest(f"plain-{r.request_id}", r.prompt_token_ids, r.params) for r in reqs]
     )

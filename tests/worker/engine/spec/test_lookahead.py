@@ -13,6 +13,7 @@ from worker.engine.loader import load_engine
 from worker.engine.sequence import Sequence
 from worker.engine.spec.lookahead import LookaheadJudge
 from worker.engine.spec.ngram import NgramDrafter, ngram_propose
+from worker.speculation import apply_decision
 
 
 def _brute(tokens: list[int], prompt: int, depth: int, positions: list[int]) -> tuple[list[int], list[int]]:
@@ -73,7 +74,7 @@ def test_engine_reports_lookahead_at_gamma_zero_only_when_the_decision_scores(
     def run(score: bool) -> tuple[int, list[int]]:
         engine = load_engine(spec_models["target"], drafters=[], ngram=True, block_size=4, num_blocks=256)
         table = [(ALL_BATCHES, 0)]
-        engine.apply_decision(Decision(version=1, policy="t", gamma_table=table, score_drafters=score))
+        apply_decision(engine, Decision(version=1, policy="t", gamma_table=table, score_drafters=score))
         params = SamplingParams(max_tokens=24, temperature=0.0)
         reqs = [EngineRequest(f"r{i}", prompt, params) for i in range(2)]
         done = drive(engine, reqs)

@@ -13,10 +13,11 @@ from shared.control import ALL_BATCHES, Decision
 from shared.schemas import SamplingParams
 from tests.worker.engine.prompts import PROMPTS
 from tests.worker.engine.spec.drafting import make_drafter
-from worker.engine.api import EngineRequest, StepStats
+from worker.engine.api import Engine, EngineRequest, StepStats
 from worker.engine.kv_cache import bytes_per_block
 from worker.engine.loader import load_engine
 from worker.engine.spec.residency import WeightMover, _slots
+from worker.speculation import apply_decision
 
 
 def test_weights_round_trip_through_host_memory(tiny_models: dict[str, Path]) -> None:
@@ -43,9 +44,9 @@ def test_weights_round_trip_through_host_memory(tiny_models: dict[str, Path]) ->
     assert all(torch.equal(x, y) for x, y in zip(before, after, strict=True))
 
 
-def _decide(engine: object, version: int, gamma: int, offload: bool) -> None:
-    engine.apply_decision(  # type: ignore[attr-defined]
-        Decision(version=version, policy="test", gamma_table=[(ALL_BATCHES, gamma)], offload=offload)
+def _decide(engine: Engine, version: int, gamma: int, offload: bool) -> None:
+    apply_decision(
+        engine, Decision(version=version, policy="test", gamma_table=[(ALL_BATCHES, gamma)], offload=offload)
     )
 
 

@@ -19,6 +19,7 @@ from tests.worker.engine.spec.references import NEW
 from worker.engine.api import EngineRequest
 from worker.engine.loader import load_engine
 from worker.engine.spec.feature_drafter import FeatureDrafter
+from worker.speculation import apply_decision
 
 
 def counted(engine: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
@@ -70,7 +71,7 @@ def test_gamma0_runs_no_drafter_and_one_speculative_step_catches_up_a_bounded_wi
     tokens: dict[str, list[int]] = {i: [] for i in ids}
 
     def step(version: int, gamma: int) -> Any:
-        engine.apply_decision(decide(version, gamma))
+        apply_decision(engine, decide(version, gamma))
         result = engine.step()
         for out in result.outputs:
             tokens[out.request_id] += out.new_token_ids
@@ -120,7 +121,7 @@ def test_a_decision_that_asks_no_scores_runs_no_other_drafter(
         stats = []
         v = 1
         while engine.has_unfinished():
-            engine.apply_decision(
+            apply_decision(engine,
                 Decision(version=v, policy="t", gamma_table=[(ALL_BATCHES, 2)], drafter="rand-a",
                          score_drafters=scores, skip_drafters=skip)
             )  # fmt: skip

@@ -13,6 +13,7 @@ from tests.worker.engine.prompts import PROMPTS
 from worker.engine.api import DraftOutcome, EngineRequest
 from worker.engine.engine import LLMEngine
 from worker.engine.loader import load_engine
+from worker.speculation import apply_decision
 
 NEW = 20
 
@@ -22,8 +23,8 @@ def run_with(spec_models: dict[str, Path], drafter: str, gamma: int) -> tuple[Ru
     engine: LLMEngine = load_engine(
         spec_models["target"], drafters=[spec_models[drafter]], block_size=4, num_blocks=128
     )
-    engine.apply_decision(
-        Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, gamma)], drafter=drafter)
+    apply_decision(
+        engine, Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, gamma)], drafter=drafter)
     )
     params = SamplingParams(max_tokens=NEW, ignore_eos=True)
     for i, p in enumerate(PROMPTS[:4]):

@@ -24,6 +24,7 @@ from worker.engine.spec.lookahead import LookaheadJudge
 from worker.engine.spec.model_drafter import ModelDrafter
 from worker.engine.spec.ngram import NgramDrafter
 from worker.engine.spec.plan import CostRule, SeqSpec
+from worker.speculation import apply_decision, plan_from
 
 MODELS = Path(__file__).resolve().parents[4] / "models"
 CODE, PROSE = "nj-draft-code", "nj-draft-prose"
@@ -58,7 +59,7 @@ def _decision(version: int = 1, hold: int = 4, **kw: object) -> Decision:
 
 
 def test_the_rule_speculates_where_it_pays_and_not_where_it_cannot() -> None:
-    rule = CostRule(_decision())
+    rule = CostRule(plan_from(_decision()))
     assert rule.drafters == sorted(DRAFTERS) and rule.gamma_max == 4
     alphas = dict.fromkeys(DRAFTERS, 0.4) | {CODE: 0.8}
     name, gamma, loss = rule.best(1, alphas, DRAFTERS)
@@ -76,7 +77,7 @@ def test_the_rule_speculates_where_it_pays_and_not_where_it_cannot() -> None:
 def test_a_sequence_switches_at_most_once_per_hold_unless_its_batch_class_changes() -> None:
     """Acceptance swinging between two drafters every step would switch every step; with
     hold K a sequence keeps its pair K steps. A change of batch-size class re-decides at once."""
-    rule = CostRule(_decision(hold=5))
+    rule = CostRule(plan_from(_decision(hold=5)))
     spec = SeqSpec()
     pairs = []
     for step in range(40):
@@ -120,7 +121,7 @@ def _params(n: int = 32) -> SamplingParams:
 def _drain(
     engine: LLMEngine, prompts: dict[str, str], decision: Decision
 ) -> tuple[dict[str, list[int]], dict]:
-    engine.apply_decision(decision)
+    apply_decision(engine, decision)
     tok = engine.tokenizer
     for rid, text in prompts.items():
         engine.add_request(EngineRequest(rid, tok.encode(text), _params()))
@@ -174,7 +175,7 @@ def test_nothing_speculative_runs_where_no_drafter_can_pay(monkeypatch: pytest.M
         monkeypatch.setattr(NgramDrafter, method, counted("ngram", getattr(NgramDrafter, method)))
     monkeypatch.setattr(LookaheadJudge, "judge", counted("judge", LookaheadJudge.judge))
     engine = _engine()
-    engine.apply_decision(_decision())
+    apply_decision(engine, _decision())
     tok = engine.tokenizer
     prompts = (CODE_PROMPTS + STORY_PROMPTS) * 4
     for i, text in enumerate(prompts):

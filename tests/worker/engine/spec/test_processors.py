@@ -17,6 +17,7 @@ from tests.worker.engine.prompts import PROMPTS
 from tests.worker.engine.tiny import hf_greedy, hf_model
 from worker.engine.api import EngineRequest
 from worker.engine.loader import load_engine
+from worker.speculation import apply_decision
 
 NEW = 16
 PARAMS = SamplingParams(
@@ -59,8 +60,8 @@ def test_processed_greedy_is_exact_with_and_without_speculation(spec_models: dic
         engine = load_engine(
             spec_models["target"], drafters=[spec_models["copy"]], block_size=4, num_blocks=256
         )
-        engine.apply_decision(
-            Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, gamma)], drafter="copy")
+        apply_decision(
+            engine, Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, gamma)], drafter="copy")
         )
         runs.append(drive(engine, [EngineRequest(str(i), p, PARAMS) for i, p in enumerate(prompts)]))
         eos = set(engine.eos_token_ids)
@@ -78,7 +79,7 @@ def test_processed_greedy_is_exact_with_and_without_speculation(spec_models: dic
 def test_sampled_requests_are_processed_too(spec_models: dict[str, Path]) -> None:
     """min_tokens holds under rejection sampling with drafts, and a large logit_bias wins."""
     engine = load_engine(spec_models["target"], drafters=[spec_models["copy"]], block_size=4, num_blocks=256)
-    engine.apply_decision(Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, 4)], drafter="copy"))
+    apply_decision(engine, Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, 4)], drafter="copy"))
     eos = set(engine.eos_token_ids)
     banned = SamplingParams(max_tokens=12, temperature=1.5, seed=3, min_tokens=12, stop_token_ids=[9])
     forced = SamplingParams(max_tokens=6, temperature=1.0, seed=4, logit_bias={11: 100.0})

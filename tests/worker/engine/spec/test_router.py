@@ -22,6 +22,7 @@ from worker.engine.api import EngineRequest
 from worker.engine.engine import LLMEngine
 from worker.engine.loader import load_engine
 from worker.engine.spec.router import RESCORE_EVERY, SETTLE_ROUNDS, DrafterChoice
+from worker.speculation import apply_decision
 
 MODELS = Path(__file__).resolve().parents[4] / "models"
 CODE, PROSE = "nj-draft-code", "nj-draft-prose"
@@ -101,8 +102,8 @@ def _run(engine: LLMEngine, scope: Literal["request", "batch"], gamma: int = 3) 
     """Greedy outputs, each request's drafter at each step, the steps' drafter shares, and
     the drafts accepted, for the four requests together."""
     table = [(ALL_BATCHES, gamma)]
-    engine.apply_decision(
-        Decision(version=1, policy="t", gamma_table=table, drafter=PROSE, drafter_scope=scope)
+    apply_decision(
+        engine, Decision(version=1, policy="t", gamma_table=table, drafter=PROSE, drafter_scope=scope)
     )
     params = SamplingParams(max_tokens=NEW, ignore_eos=True)
     tok = engine.tokenizer
@@ -157,7 +158,7 @@ def test_in_per_request_scope_only_resuming_speculation_is_a_switch_cost() -> No
     later = ["story-1", "code-1"]
 
     def step(version: int, gamma: int) -> StepStats:
-        engine.apply_decision(
+        apply_decision(engine,
             Decision(version=version, policy="t", gamma_table=[(ALL_BATCHES, gamma)], drafter=PROSE,
                      drafter_scope="request")
         )  # fmt: skip

@@ -24,6 +24,7 @@ from tests.worker.engine.spec.distribution import PARAMS, PROMPT, TRIALS, V, exp
 from worker.engine import sampler, sequence
 from worker.engine.api import EngineRequest
 from worker.engine.loader import load_engine
+from worker.speculation import apply_decision
 
 
 @pytest.mark.parametrize(
@@ -42,7 +43,9 @@ def test_speculative_sampling_keeps_the_target_distribution(
         num_blocks=1024,
         max_num_seqs=256,
     )
-    engine.apply_decision(Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, 3)], drafter=drafter))
+    apply_decision(
+        engine, Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, 3)], drafter=drafter)
+    )
     reqs = [EngineRequest(str(i), PROMPT, PARAMS.model_copy(update={"seed": i})) for i in range(TRIALS)]
     run = drive(engine, reqs)
     spec_steps = [s for s in run.stats if s.gamma > 0]

@@ -28,6 +28,7 @@ from worker.engine.processors import process_rows
 from worker.engine.sampler import filtered_probs
 from worker.engine.sequence import Sequence
 from worker.job_run import JobRun, Resume
+from worker.speculation import apply_decision
 
 NEW = 20
 # Plain temperature, top-k, top-p, and processors (penalties, min_tokens, logit_bias) in front.
@@ -57,8 +58,8 @@ def requests(n: int = 12) -> list[EngineRequest]:
 
 def run_at(engine_dir: Path, drafters: list[Path], gamma: int, drafter: str | None, **config: int) -> Run:
     engine = load_engine(engine_dir, drafters=drafters, block_size=4, **({"num_blocks": 256} | config))
-    engine.apply_decision(
-        Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, gamma)], drafter=drafter)
+    apply_decision(
+        engine, Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, gamma)], drafter=drafter)
     )
     return drive(engine, requests(), per_step=3)
 
@@ -132,7 +133,7 @@ def test_a_resumed_request_continues_with_the_tokens_it_would_have_drawn(
     engine = load_engine(
         spec_models["target"], drafters=[spec_models["layer0"]], block_size=4, num_blocks=256
     )
-    engine.apply_decision(Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, 3)]))
+    apply_decision(engine, Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, 3)]))
     reruns = []
     for k, req in enumerate(requests(8)):
         sent = alone[req.request_id][: 1 + 4 * k % (NEW - 1)]

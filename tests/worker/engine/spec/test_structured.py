@@ -31,6 +31,7 @@ from tests.worker.engine.tiny import hf_model
 from worker.engine import sampler, sequence
 from worker.engine.api import EngineRequest
 from worker.engine.loader import load_engine
+from worker.speculation import apply_decision
 
 jsonschema_rs = pytest.importorskip("jsonschema_rs")
 
@@ -96,7 +97,7 @@ def test_greedy_json_schema_is_exact_under_random_speculation(bpe_models: dict[s
         )
         reqs = [EngineRequest(str(i), p, params) for i, p in enumerate(prompts(tok))]
         if seed is None:  # the target alone
-            engine.apply_decision(Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, 0)]))
+            apply_decision(engine, Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, 0)]))
             runs.append(drive(engine, reqs))
         else:
             runs.append(scheduled_run(engine, reqs, seed, offload_steps=set()))
@@ -141,7 +142,9 @@ def test_sampling_keeps_the_masked_target_distribution(
     engine = load_engine(
         bpe_models["target"], drafters=[bpe_models["copy"]], block_size=4, num_blocks=2048, max_num_seqs=256
     )
-    engine.apply_decision(Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, 3)], drafter=drafter))
+    apply_decision(
+        engine, Decision(version=1, policy="test", gamma_table=[(ALL_BATCHES, 3)], drafter=drafter)
+    )
     reqs = [EngineRequest(str(i), prompt, params.model_copy(update={"seed": i})) for i in range(TRIALS)]
     run = drive(engine, reqs)
     if (drafter, scheme) == ("copy", "keyed"):  # coupled: what fits the grammar is the target's draw
