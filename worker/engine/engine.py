@@ -203,7 +203,7 @@ class LLMEngine(Engine):
         if not seqs:
             raise exc
         for seq, n in zip(seqs, lengths, strict=True):
-            del seq.token_ids[n:]  # drafts, and any token this step appended
+            del seq.token_ids[n:]  # any token this step's commit appended before it raised
             seq.outcomes.clear()  # only this step's: the steps before were reported
             if seq.grammar is not None:
                 seq.grammar.sync(seq.num_output)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from shared.control import ALL_BATCHES
@@ -21,6 +23,12 @@ def test_no_engine_module_imports_or_names_the_planners_decision() -> None:
         for node in ast.walk(ast.parse(f.read_text(), str(f))):
             if isinstance(node, ast.ImportFrom):
                 assert node.module not in ("worker.decisions", "worker.speculation"), f
+
+
+def test_the_engine_contract_and_its_plan_stay_torch_free() -> None:
+    """The worker imports the contract and builds plans without loading torch."""
+    code = "import sys, worker.engine.api, worker.speculation; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ENGINE.parents[1])
 
 
 def test_the_default_plan_speculates_nothing() -> None:

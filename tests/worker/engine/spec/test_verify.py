@@ -95,10 +95,7 @@ def test_batch_verification_mixes_plain_rows_drafts_greedy_and_sampling() -> Non
     draws = keyed_draw(filtered_probs(rows[4], [seeded] * 4), [9] * 4, [0, 1, 2, 3])
     drafts = [[], [ids[1][0], (ids[1][1] + 1) % 6], [1, 2, 3], [], [draws[0], (draws[1] + 1) % 6, 0], []]
     params = [greedy, greedy, unseeded, unseeded, seeded, seeded]
-    seqs = [
-        Sequence(str(i), [0], p, token_ids=[0, *d])
-        for i, (p, d) in enumerate(zip(params, drafts, strict=True))
-    ]
+    seqs = [Sequence(str(i), [0], p) for i, p in enumerate(params)]  # drafts are not among its tokens
     seqs[3].generator = torch.Generator().manual_seed(3)
     candidates = [
         Candidate(Scheduled(seq, 1), r, i, Drafted(1, d, None, len(d)) if d else None)
