@@ -46,12 +46,17 @@ class Commit:
     logits_cache: LogitsCache
     spec: Speculator
     scheduler: Scheduler  # read only: its longest context now (a pool resize changes it)
-    eos_token_ids: frozenset[int]
 
     def __call__(
-        self, scheduled: list[Scheduled], drafted: DraftRound, forwarded: Forwarded, verified: list[Verified]
+        self,
+        scheduled: list[Scheduled],
+        drafted: DraftRound,
+        forwarded: Forwarded,
+        verified: list[Verified],
+        eos: frozenset[int],
     ) -> Committed:
-        """Apply the step to every scheduled sequence (see the module docstring)."""
+        """Apply the step to every scheduled sequence (see the module docstring); ``eos``: the
+        engine's EOS tokens now."""
         for p in forwarded.prompt_rows:
             assert p.seq.logprobs is not None
             record_prompt(p.seq.logprobs, p.seq.prompt_token_ids, p.start, p.rows)
@@ -62,7 +67,7 @@ class Commit:
         for s in scheduled:
             if id(s) not in with_rows:  # a prompt chunk in the middle of the prompt
                 self.blocks.commit(s.seq.request_id, s.seq.token_ids, s.seq.num_computed)
-        kept = sum(self._apply(v) for v in verified)
+        kept = sum(self._apply(v, eos) for v in verified)
         for s in scheduled:
             if s.seq.suspect and not s.prefill:
                 s.seq.suspect = False  # a decoding step of its own went through: cleared
@@ -70,11 +75,11 @@ class Commit:
         prefilled = sum(s.num_new for s in scheduled if s.prefill) - cached
         return Committed(kept, prefilled)
 
-    def _apply(self, v: Verified) -> int:
+    def _apply(self, v: Verified, eos: frozenset[int]) -> int:
         """One verified sequence's tokens that stand, into it and its caches; how many."""
         seq, d, out = v.seq, v.drafted, v.emitted
         start = len(seq.token_ids)  # its drafts (if any) were fed after these, never held
-        keep = self._keep(seq, start, out)
+        keep = self._keep(seq, start, out, eos)
         seq.outcomes.append(v.outcome(keep))
         record_output(seq.logprobs, start - seq.num_prompt, v.candidate.logits, out[:keep])
         if d is not None:
@@ -89,22 +94,22 @@ class Commit:
                 self.blocks.cache_tail(seq.request_id, seq.token_ids)
             seq.prefilling = False
         seq.append(out[keep - 1])
-        self._check_finished(seq, out[keep - 1])
+        self._check_finished(seq, out[keep - 1], eos)
         return keep
 
-    def _keep(self, seq: Sequence, start: int, out: list[int]) -> int:
+    def _keep(self, seq: Sequence, start: int, out: list[int], eos: frozenset[int]) -> int:
         """How many of the emitted tokens stand: up to the first EOS, within max_tokens and
         the longest context (the scheduler's γ caps make the last two hold already)."""
         keep = len(out)
         if not seq.params.ignore_eos:
-            keep = next((j + 1 for j, t in enumerate(out) if t in self.eos_token_ids), keep)
+            keep = next((j + 1 for j, t in enumerate(out) if t in eos), keep)
         room = min(seq.params.max_tokens - (start - seq.num_prompt), self.scheduler.max_model_len - start)
         keep = max(1, min(keep, room))
         return seq.grammar.accept(out[:keep]) if seq.grammar is not None else keep  # cut at its end
 
-    def _check_finished(self, seq: Sequence, token: int) -> None:
+    def _check_finished(self, seq: Sequence, token: int, eos: frozenset[int]) -> None:
         ended = seq.grammar is not None and seq.grammar.done
-        if ended or (token in self.eos_token_ids and not seq.params.ignore_eos):
+        if ended or (token in eos and not seq.params.ignore_eos):
             seq.finish("stop")
         elif seq.num_output >= seq.params.max_tokens or len(seq.token_ids) >= self.scheduler.max_model_len:
             seq.finish("length")

@@ -90,7 +90,7 @@ class LLMEngine(Engine):
             on_release=self.spec.free,
         )
         self.forward = TargetForward(runner, self.blocks, self.logits_cache, self.spec)
-        self.commit = Commit(self.blocks, self.logits_cache, self.spec, self.scheduler, self.eos_token_ids)
+        self.commit = Commit(self.blocks, self.logits_cache, self.spec, self.scheduler)
         self.grammars = Grammars(runner.config.vocab_size, self.eos_token_ids)  # structured output
 
     @property
@@ -166,7 +166,7 @@ class LLMEngine(Engine):
             t0 = time.perf_counter()
             forwarded = self.forward(scheduled, drafted.drafts)
             verified = verify_batch(forwarded.candidates, self.eos_token_ids)
-            committed = self.commit(scheduled, drafted, forwarded, verified)
+            committed = self.commit(scheduled, drafted, forwarded, verified, self.eos_token_ids)
             verify_time = time.perf_counter() - t0
         except Exception as exc:
             return StepWork(failed=self._isolate(scheduled, lengths, exc))

@@ -114,7 +114,8 @@ class Scheduler:
         suspect = self._next_suspect()
         if suspect is not None:
             return self._schedule_alone(suspect)
-        out = SchedulerOutput()
+        scheduled: list[Scheduled] = []
+        preempted: list[Sequence] = []
         budget = self.max_num_batched_tokens
         for seq in sorted(self.running, key=Sequence.sort_key):
             if seq.status is not Status.RUNNING:
@@ -122,23 +123,32 @@ class Scheduler:
             n = min(seq.num_uncomputed, budget)
             if n == 0:
                 break
-            budget -= self._schedule_running(seq, n, budget, out)
-        if out.preempted:
-            return out  # blocks are short: admitting more now would only thrash
+            s, gone = self._schedule_running(seq, n, budget)
+            preempted += gone
+            if s is not None:
+                scheduled.append(s)
+                budget -= s.num_new + s.num_lookahead
+        if preempted:
+            return SchedulerOutput(scheduled, preempted)  # blocks are short: admitting would thrash
+        rejected: list[Sequence] = []
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
-            if self._rejected(seq, out):
+            if self._reject(seq):
+                rejected.append(seq)
                 continue
             s = self._admit(seq, budget)
             if s is None:
                 break
-            out.scheduled.append(s)
+            scheduled.append(s)
             budget -= s.num_new
-        return out
+        return SchedulerOutput(scheduled, preempted, rejected)
 
-    def _schedule_running(self, seq: Sequence, n: int, budget: int, out: SchedulerOutput) -> int:
+    def _schedule_running(
+        self, seq: Sequence, n: int, budget: int
+    ) -> tuple[Scheduled | None, list[Sequence]]:
         """Schedule ``n`` tokens (+ draft slots) of a running sequence, preempting the newest
-        running sequences while blocks are short; the budget used (0 if ``seq`` itself went)."""
+        running sequences while blocks are short: its ``Scheduled`` (None if ``seq`` itself
+        went) and the sequences preempted, in order."""
         la = self._lookahead
         lookahead = la if isinstance(la, int) else la.get(seq.request_id, 0)
         extra = 0
@@ -147,15 +157,15 @@ class Scheduler:
             room = min(self.max_model_len - len(seq.token_ids), seq.params.max_tokens - seq.num_output)
             extra = max(0, min(lookahead, budget - n, room - 1))
         end = seq.num_computed + n + extra
+        preempted: list[Sequence] = []
         while not self.blocks.allocate(seq.request_id, seq.num_computed, end):
             # Scheduled sequences sort before seq, so the victim is never one of them.
             victim = max(self.running, key=Sequence.sort_key)
             self.preempt(victim)
-            out.preempted.append(victim)
+            preempted.append(victim)
             if victim is seq:
-                return 0
-        out.scheduled.append(Scheduled(seq, n, extra))
-        return n + extra
+                return None, preempted
+        return Scheduled(seq, n, extra), preempted
 
     def _next_suspect(self) -> Sequence | None:
         running = [s for s in self.running if s.suspect]
@@ -165,35 +175,34 @@ class Scheduler:
 
     def _schedule_alone(self, seq: Sequence) -> SchedulerOutput:
         """Only ``seq`` this step; other running sequences give up their blocks if it needs them."""
-        out = SchedulerOutput()
         budget = self.max_num_batched_tokens
+        preempted: list[Sequence] = []
         if seq.status is Status.RUNNING:
             n = min(seq.num_uncomputed, budget)
             while not self._fits(seq, n) and len(self.running) > 1:
-                self._preempt_newest_but(seq, out)
-            self._schedule_running(seq, n, budget, out)
-            return out
-        if self._rejected(seq, out):
-            return out
+                preempted.append(self._preempt_newest_but(seq))
+            s, gone = self._schedule_running(seq, n, budget)
+            return SchedulerOutput([s] if s is not None else [], preempted + gone)
+        if self._reject(seq):
+            return SchedulerOutput(rejected=[seq])
         while self.running and len(self.running) >= self.max_num_seqs:
-            self._preempt_newest_but(seq, out)
+            preempted.append(self._preempt_newest_but(seq))
         while (s := self._admit(seq, budget)) is None and self.running:
-            self._preempt_newest_but(seq, out)
-        if s is not None:
-            out.scheduled.append(s)
-        return out
+            preempted.append(self._preempt_newest_but(seq))
+        return SchedulerOutput([s] if s is not None else [], preempted)
 
     def _fits(self, seq: Sequence, n: int) -> bool:
         needed = self.blocks.blocks_needed(seq.request_id, seq.num_computed, seq.num_computed + n)
         return needed <= self.blocks.num_free_blocks
 
-    def _preempt_newest_but(self, seq: Sequence, out: SchedulerOutput) -> None:
+    def _preempt_newest_but(self, seq: Sequence) -> Sequence:
         victim = max((s for s in self.running if s is not seq), key=Sequence.sort_key)
         self.preempt(victim)
-        out.preempted.append(victim)
+        return victim
 
-    def _rejected(self, seq: Sequence, out: SchedulerOutput) -> bool:
-        """Finish a waiting sequence (the first) that no cache of this size can ever hold."""
+    def _reject(self, seq: Sequence) -> bool:
+        """Finish a waiting sequence (the first) that no cache of this size can ever hold;
+        whether it did."""
         if len(seq.token_ids) < self.max_model_len:
             return False
         self.waiting.remove(seq)
@@ -206,7 +215,6 @@ class Scheduler:
                 f"prompt of {seq.num_prompt} tokens does not fit: this engine serves at most "
                 f"{self.max_model_len} tokens per sequence (prompt + output)",
             )
-        out.rejected.append(seq)
         return True
 
     def _admit(self, seq: Sequence, budget: int) -> Scheduled | None:
