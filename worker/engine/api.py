@@ -5,7 +5,7 @@ torch) owns the model, the KV cache and the schedule. The service calls ``add_re
 ``abort_request`` and ``apply_plan`` (the planner's decision as a ``SpeculationPlan``, built
 by the worker: worker/speculation.py) from the event loop (thread-safe: they queue work
 for the next step) and runs ``step()`` in one worker thread. Each step is
-schedule → draft → run → verify → postprocess and returns the new tokens of every request
+schedule → draft → forward → verify → commit and returns the new tokens of every request
 that moved. A request the engine fails on is finished alone (finish_reason "error" with an
 ``error_code``); the rest of its batch goes on.
 """
