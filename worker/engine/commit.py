@@ -1,9 +1,12 @@
-"""The step's commit phase: the one place where a step's results change the sequences, the
-target's blocks and the drafters' caches.
+"""The step's commit phase: the one place where a step's results change the sequences'
+tokens, computed counts and finishes, the target's blocks and the logits cache, and where the
+drafters' caches are cut back to what stands.
 
-schedule → draft → forward → verify → **commit** (engine.py). Until here a step's phases only
-read the sequences (the scheduler's block allocations aside, and the drafters' own forwards:
-spec/speculator.py); commit then, for every scheduled sequence:
+schedule → draft → forward → verify → **commit** (engine.py). Before it the phases leave
+those alone (the scheduler's allocations and preemptions aside; speculation's own bookkeeping
+— cost-rule state, learners, the drafters' proposal forwards — and an unseeded sequence's
+generator do move: docs/architecture.md "The engine"); commit then, for every scheduled
+sequence:
 
 - counts its computed tokens (a decode's drafts included) and scores the prompt rows the
   forward returned (logprobs.py);

@@ -4,9 +4,10 @@ speculative decoding with a per-step γ, a drafter pool and elastic draft memory
 A step reads top to bottom: take the inbox (inbox.py) → elastic memory (a plan it applies)
 → choose (γ, drafter) → schedule (scheduler.py; every preemption is its) → draft (returns the
 drafts) → forward (forward.py) → verify (a ``Verified`` per sequence: spec/verify.py) →
-commit (commit.py: the one place the sequences, the target's blocks and the drafters'
-rollback change) → feedback → outputs, and one ``StepStats`` built from the phases' records
-(step_stats.py). Each phase returns named records (records.py); none fills in an argument.
+commit (commit.py: the one place a sequence's tokens, computed count and finish, the
+target's blocks and the drafters' rollback change) → feedback → outputs, and one
+``StepStats`` built from the phases' records (step_stats.py). Each phase returns named
+records (records.py); none fills in an argument.
 
 Speculation (worker/engine/spec/): γ comes from the latest ``SpeculationPlan`` (the worker
 builds it from the planner's decision) at the batch size of decoding sequences; the scheduler
