@@ -56,7 +56,6 @@ class NightjarPolicy(Policy):
     time per token at its own acceptance; nothing is explored; the draft offloaded under KV
     pressure."""
 
-    name: ClassVar[str] = "nightjar"
     PARAMS: ClassVar[dict[str, Param]] = {
         "gamma_max": int_param(4, "largest γ (limited by the rows the profile measured)", 1, 16),
         "discount": float_param(0.98, "per update, on each drafter's acceptance counts", 0.5, 1.0),
