@@ -356,6 +356,15 @@ class ErrorEvent(JobEvent):
     code: ErrorCode  # on the wire its value: "bad_request", "dead_letter", "internal", ...
     message: str
 
+    @field_validator("code", mode="before")
+    @classmethod
+    def _known_code(cls, v: object) -> object:
+        """A code this version does not know (a newer worker's, mid rolling upgrade) is an
+        internal error, not a message the reader fails on: the job is still answered once."""
+        if isinstance(v, str) and v not in ErrorCode._value2member_map_:
+            return ErrorCode.INTERNAL
+        return v
+
 
 class CancelRequest(Message):
     """Broadcast on the cancel stream so whichever worker runs the job stops it."""
