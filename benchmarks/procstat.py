@@ -24,11 +24,6 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _HZ
 
 
-def system_cpu_s(pid: int) -> float:
-    """System CPU seconds of ``pid`` so far."""
-    return int(_stat_fields(pid)[12]) / _HZ
-
-
 def cpu_s(pids: list[int]) -> float:
     """User + system CPU seconds of all of ``pids`` so far."""
     return sum(process_cpu_s(p) for p in pids)

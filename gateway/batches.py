@@ -31,7 +31,7 @@ from gateway.store import JobStore
 from gateway.submission import capacity, fit_max_tokens
 from shared import codec, jobs, keys
 from shared.errors import ErrorCode, http_status
-from shared.schemas import ErrorEvent, FinishEvent, JobRequest
+from shared.schemas import ErrorEvent, FinishEvent, FinishReason, JobRequest
 
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions")
 MAX_LINES = 50_000
@@ -255,7 +255,7 @@ async def view(store: JobStore, owner: str, batch_id: str) -> dict[str, Any]:
     record = await _load(store, owner, batch_id)
     finals = await _finals(store, record)
     total = len(record["requests"])
-    ok = sum(isinstance(f, FinishEvent) and f.finish_reason != "cancelled" for f in finals)
+    ok = sum(isinstance(f, FinishEvent) and f.finish_reason != FinishReason.CANCELLED for f in finals)
     failed = sum(
         1 for e, f in zip(record["requests"], finals, strict=True) if e["error"] or isinstance(f, ErrorEvent)
     )
@@ -291,7 +291,7 @@ async def _finish(
             "custom_id": entry["custom_id"],
             "error": None,
         }
-        if isinstance(final, FinishEvent) and final.finish_reason != "cancelled":
+        if isinstance(final, FinishEvent) and final.finish_reason != FinishReason.CANCELLED:
             body = ResponseBuilder(chat, entry["job_id"], str(entry.get("model", ""))).full(final)
             line["response"] = {"status_code": 200, "request_id": entry["job_id"], "body": body}
             outputs.append(line)

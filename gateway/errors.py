@@ -47,7 +47,7 @@ class APIError(Exception):
         message: str,
         *,
         param: str | None = None,
-        code: str | None = None,
+        code: ErrorCode | None = None,
         retry_after: int | None = None,
     ) -> None:
         super().__init__(message)
@@ -56,7 +56,7 @@ class APIError(Exception):
         self.param = param
         self.code = code
         if retry_after is None and status in (429, 503):
-            retry_after = RETRY_AFTER_S.get(code, 1)  # type: ignore[call-overload]
+            retry_after = 1 if code is None else RETRY_AFTER_S.get(code, 1)
         self.retry_after = retry_after
 
     @classmethod
@@ -64,7 +64,7 @@ class APIError(Exception):
         cls, code: ErrorCode, message: str, *, param: str | None = None, retry_after: int | None = None
     ) -> APIError:
         """The error for ``code`` with its status from the shared table."""
-        return cls(http_status(code), message, param=param, code=code.value, retry_after=retry_after)
+        return cls(http_status(code), message, param=param, code=code, retry_after=retry_after)
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
@@ -77,7 +77,7 @@ class APIError(Exception):
 
 
 def error_body(
-    status: int, message: str, param: str | None = None, code: str | None = None
+    status: int, message: str, param: str | None = None, code: ErrorCode | None = None
 ) -> dict[str, Any]:
     kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
@@ -170,9 +170,9 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = ErrorCode.NOT_FOUND.value if exc.status_code == 404 else ErrorCode.BAD_REQUEST.value
+        code = ErrorCode.NOT_FOUND if exc.status_code == 404 else ErrorCode.BAD_REQUEST
         if exc.status_code >= 500:
-            code = ErrorCode.INTERNAL.value
+            code = ErrorCode.INTERNAL
         err = APIError(exc.status_code, str(exc.detail), code=code)
         return JSONResponse(
             err.body(), status_code=exc.status_code, headers={**err.headers(), **(exc.headers or {})}

@@ -58,7 +58,7 @@ async def _choice_events(
     for i, j in enumerate(job_ids):
         m = await outage.ride(partial(store.model_of, j))
         if m is None:
-            yield i, ErrorEvent(job_id=j, code=ErrorCode.JOB_NOT_FOUND.value, message=f"no job {j}")
+            yield i, ErrorEvent(job_id=j, code=ErrorCode.JOB_NOT_FOUND, message=f"no job {j}")
             continue
         open_[keys.job_events(m, j)] = i
     cursors = dict.fromkeys(open_, "0-0")
@@ -117,7 +117,7 @@ async def _next(
                 out += tail
             else:
                 final = await store.result(job_ids[i])
-                lost = ErrorEvent(job_id=job_ids[i], code=ErrorCode.INTERNAL.value,
+                lost = ErrorEvent(job_id=job_ids[i], code=ErrorCode.INTERNAL,
                                   message="the job ended without a result")  # fmt: skip
                 out += [*tail, (stream, None, final or lost)]
         return out
@@ -194,7 +194,7 @@ async def complete(request: Request, store: JobStore, job_ids: list[str], out: R
 
 
 def _lost(job_id: str) -> ErrorEvent:
-    return ErrorEvent(job_id=job_id, code=ErrorCode.INTERNAL.value, message="a choice ended without a result")
+    return ErrorEvent(job_id=job_id, code=ErrorCode.INTERNAL, message="a choice ended without a result")
 
 
 async def stream(request: Request, store: JobStore, job_ids: list[str], out: ResponseBuilder) -> Response:

@@ -99,7 +99,7 @@ async def final_event(store: JobStore, job_id: str, until: float | None = None) 
         stored = await outage.ride(lambda: store.result(job_id))
     if stored is not None:
         return stored
-    return ErrorEvent(job_id=job_id, code=ErrorCode.INTERNAL.value, message="the job ended without a result")
+    return ErrorEvent(job_id=job_id, code=ErrorCode.INTERNAL, message="the job ended without a result")
 
 
 def _error_response(ev: ErrorEvent) -> JSONResponse:

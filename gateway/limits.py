@@ -93,7 +93,7 @@ class Limits:
                 APIError(
                     408,
                     f"request body not received within {self.s.body_timeout_s:g}s",
-                    code=ErrorCode.TIMEOUT.value,
+                    code=ErrorCode.TIMEOUT,
                 ),
                 CLOSE,
             )

@@ -8,7 +8,7 @@ from typing import Any
 
 from gateway.logprobs import chat_logprobs, completion_logprobs
 from gateway.tools import ToolOutput
-from shared.schemas import FinishEvent, Logprobs, Speculation, StartEvent, TokenEvent
+from shared.schemas import FinishEvent, FinishReason, Logprobs, Speculation, StartEvent, TokenEvent
 
 
 def spec_field(spec: Speculation) -> dict[str, Any]:
@@ -192,7 +192,7 @@ class ResponseBuilder:
         items = [finals] if isinstance(finals, FinishEvent) else list(finals)
         if not self.echo_only:
             return items
-        empty = {"text": "", "token_ids": [], "completion_tokens": 0, "finish_reason": "length"}
+        empty = {"text": "", "token_ids": [], "completion_tokens": 0, "finish_reason": FinishReason.LENGTH}
         return [f.model_copy(update={**empty, "logprobs": f.logprobs and Logprobs()}) for f in items]
 
     def _echoes(self, index: int) -> bool:
@@ -235,5 +235,5 @@ class ResponseBuilder:
 
     def finish_chunks(self, index: int, ev: FinishEvent) -> list[dict[str, Any]]:
         """A choice's last chunk (its finish reason), after an echo still waiting."""
-        reason = "length" if self.echo_only else ev.finish_reason
+        reason = FinishReason.LENGTH if self.echo_only else ev.finish_reason
         return [*self._pending_echo(index, ev.prompt_logprobs), self.chunk("", reason, index)]

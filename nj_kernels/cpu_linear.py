@@ -2,12 +2,13 @@
 
 On this project's CPUs the BLAS behind ``F.linear`` is slow for 2-16 rows: a 5-row product of
 SmolLM2's weights costs 1.5-2x a 1-row one, although both are bound by reading the weights
-once (benchmarks/skinny_bench.py). That is exactly a speculative verification at low load (γ+1
-rows a sequence), so it decided whether speculation pays there. ``skinny_linear.c`` reads each
-block of weight rows once and multiplies it by every input row from cache; it is compiled here
-on first use (``cc -O3 -march=native``, cached by source and machine) and called through
-ctypes. Where it cannot be built (no compiler, no AVX2/FMA) or does not apply (CUDA, not fp32,
-more rows than ``max_rows()``), ``F.linear`` runs: the torch path is the reference.
+once (measured 2026-12-03: docs/benchmarks/history/). That is exactly a speculative
+verification at low load (γ+1 rows a sequence), so it decided whether speculation pays there.
+``skinny_linear.c`` reads each block of weight rows once and multiplies it by every input row
+from cache; it is compiled here on first use (``cc -O3 -march=native``, cached by source and
+machine) and called through ctypes. Where it cannot be built (no compiler, no AVX2/FMA) or does
+not apply (CUDA, not fp32, more rows than ``max_rows()``), ``F.linear`` runs: the torch path is
+the reference.
 
 The kernel is batch-invariant: a row's output does not depend on the other rows or their
 number (the BLAS's does, by its M-dependent paths). The forward as a whole is not (attention

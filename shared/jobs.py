@@ -12,7 +12,7 @@ from enum import StrEnum
 import redis.asyncio as aioredis
 
 from shared import codec, keys
-from shared.schemas import ErrorEvent, FinishEvent, JobEvent
+from shared.schemas import ErrorEvent, FinishEvent, FinishReason, JobEvent
 
 
 class JobStatus(StrEnum):
@@ -54,7 +54,7 @@ def is_over(raw: bytes | str | None) -> bool:
 def terminal_status(event: FinishEvent | ErrorEvent) -> JobStatus:
     if isinstance(event, ErrorEvent):
         return JobStatus.FAILED
-    return JobStatus.CANCELLED if event.finish_reason == "cancelled" else JobStatus.FINISHED
+    return JobStatus.CANCELLED if event.finish_reason == FinishReason.CANCELLED else JobStatus.FINISHED
 
 
 def add_events(

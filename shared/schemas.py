@@ -9,13 +9,23 @@ them into msgpack bytes (with a schema version) and back. Services never exchang
 from __future__ import annotations
 
 import time
+from enum import StrEnum
 from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from shared.errors import ErrorCode
 from shared.structured import MAX_TOOLS, StructuredOutput, Tool, ToolCall
 
-FinishReason = Literal["stop", "length", "cancelled", "error"]
+
+class FinishReason(StrEnum):
+    """Why a job (or an engine request) ended; on the wire, and to clients, its value. The
+    OpenAI routes may say ``"tool_calls"`` instead of ``STOP`` (gateway/tools.py)."""
+
+    STOP = "stop"  # an EOS token, a stop token or a stop string
+    LENGTH = "length"  # max_tokens, or the largest context the cache holds
+    CANCELLED = "cancelled"
+    ERROR = "error"  # the engine failed on this request alone (ErrorEvent for the client)
 
 
 class Message(BaseModel):
@@ -343,8 +353,17 @@ class ErrorEvent(JobEvent):
     """The job failed; the client always hears about it."""
 
     kind: ClassVar[str] = "error"
-    code: str  # e.g. "bad_request", "dead_letter", "internal"
+    code: ErrorCode  # on the wire its value: "bad_request", "dead_letter", "internal", ...
     message: str
+
+    @field_validator("code", mode="before")
+    @classmethod
+    def _known_code(cls, v: object) -> object:
+        """A code this version does not know (a newer worker's, mid rolling upgrade) is an
+        internal error, not a message the reader fails on: the job is still answered once."""
+        if isinstance(v, str) and v not in ErrorCode._value2member_map_:
+            return ErrorCode.INTERNAL
+        return v
 
 
 class CancelRequest(Message):

@@ -61,6 +61,4 @@ def test_no_test_module_imports_another() -> None:
         for f in sorted(tests.rglob("test_*.py"))
         if (mods := imported_test_modules(f))
     }
-    # Landed in the same merge as this test; its outage helpers are still to move to a helper
-    # module (a fixture among them): the one known offender, named so no other joins it.
-    assert offenders == {"tests/gateway/test_dedup.py": ["test_outage"]}
+    assert offenders == {}

@@ -18,11 +18,11 @@ import redis.asyncio as aioredis
 
 from shared import codec, jobs, keys
 from shared.errors import ErrorCode
-from shared.schemas import ErrorEvent, FinishEvent, JobRequest, StartEvent
+from shared.schemas import ErrorEvent, FinishEvent, FinishReason, JobRequest, StartEvent
 from shared.streams import Entry
 from worker.intake import JobIntake, guess_job_id
 from worker.job_run import JobRun, Resume
-from worker.leases import JobWrite, Leases
+from worker.leases import JobWrite, Leases, NotStarted
 from worker.prompts import PromptEncoder
 
 log = logging.getLogger(__name__)
@@ -88,9 +88,9 @@ class Admission:
         started: list[tuple[bytes, JobRequest, int, int]] = []
         leases = await self.leases.start_many([job.job_id for _, _, job in decoded])
         for (entry_id, fields, job), (lease, attempt) in zip(decoded, leases, strict=True):
-            if lease == 0:  # ended already: just acknowledge
+            if lease == NotStarted.ENDED:  # just acknowledge
                 await self.intake.ack(entry_id)
-            elif lease < 0:
+            elif lease == NotStarted.CANCELLED:
                 await self._end_unstarted(entry_id, _cancelled_before_start(job.job_id, self.worker_id))
             elif attempt > self.max_deliveries:
                 reason = f"started {attempt - 1} times without finishing (limit {self.max_deliveries})"
@@ -172,7 +172,7 @@ class Admission:
         return Resume.from_events(events)
 
     async def _fail(self, job_id: str, lease: int, entry_id: bytes, code: ErrorCode, message: str) -> None:
-        err = ErrorEvent(job_id=job_id, code=code.value, message=message)
+        err = ErrorEvent(job_id=job_id, code=code, message=message)
         await self.leases.write([JobWrite(job_id, lease, entry_id, [], err)])
 
     async def _end_unstarted(self, entry_id: bytes, final: FinishEvent | ErrorEvent) -> None:
@@ -192,14 +192,14 @@ class Admission:
         if lease > 0:
             await self._fail(job_id, lease, entry_id, ErrorCode.DEAD_LETTER, reason)
         else:
-            err = ErrorEvent(job_id=job_id, code=ErrorCode.DEAD_LETTER.value, message=reason)
+            err = ErrorEvent(job_id=job_id, code=ErrorCode.DEAD_LETTER, message=reason)
             await self._end_unstarted(entry_id, err)
 
 
 def _cancelled_before_start(job_id: str, worker_id: str) -> FinishEvent:
     return FinishEvent(
         job_id=job_id,
-        finish_reason="cancelled",
+        finish_reason=FinishReason.CANCELLED,
         text="",
         token_ids=[],
         prompt_tokens=0,

@@ -7,7 +7,9 @@ from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from shared.errors import ErrorCode
 from shared.schemas import (
+    ErrorEvent,
     FinishEvent,
     FinishReason,
     JobRequest,
@@ -62,7 +64,8 @@ class JobRun:
     """Feeds generated tokens through detokenization and stop strings into TokenEvents.
 
     ``lease`` is the fence this worker holds on the job (worker/leases.py); ``done`` turns
-    true once the final event is handed to the outbox, after which outputs are ignored.
+    true once this run made the job's final event (``finish``, ``fail``) or let the job go
+    (``let_go``: lost to another worker, handed back), after which outputs are ignored.
     ``progress_s``: how often a ``final_only`` job's tokens become events (``feed``).
 
     A job that asks for its speculation facts (``include_spec``) also keeps, per output
@@ -89,7 +92,7 @@ class JobRun:
         self.resume = resume
         self.lease = lease
         self.alone = alone  # on its last delivery: runs with no batch mates (see worker/service.py)
-        self.done = False
+        self._ended = False  # ``done``: set by finish, fail and let_go only
         self.cancelled = False  # a cancel for it came (worker/running.py ``cancel``)
         self.attempt = 1  # this delivery's number (worker/admission.py sets it)
         self.output: list[int] = []
@@ -155,10 +158,10 @@ class JobRun:
         if not self.resume.token_ids:
             return None
         if self.resume.tokens >= self.job.params.max_tokens:
-            return "length"
+            return FinishReason.LENGTH
         if not self.job.params.ignore_eos and self.resume.token_ids[-1] in eos_token_ids:
-            return "stop"
-        return "stop" if self.stopped else None
+            return FinishReason.STOP
+        return FinishReason.STOP if self.stopped else None
 
     @property
     def job_id(self) -> str:
@@ -271,8 +274,25 @@ class JobRun:
     def _logprobs_of(self, start: int, stop: int) -> Logprobs | None:
         return None if self._logprobs is None else Logprobs.join(self._logprobs[start:stop])
 
+    @property
+    def done(self) -> bool:
+        """Whether the job ended here: its final event made (``finish``, ``fail``) or the job
+        let go (``let_go``); its outputs are ignored from then on."""
+        return self._ended
+
+    def let_go(self) -> None:
+        """The job is no longer this run's (lost to another worker, or handed back): done,
+        with no final event from here."""
+        self._ended = True
+
+    def fail(self, code: ErrorCode, message: str) -> ErrorEvent:
+        """The job's final event when it fails here (done from now on)."""
+        self._ended = True
+        return ErrorEvent(job_id=self.job_id, code=code, message=message)
+
     def finish(self, reason: FinishReason) -> tuple[list[TokenEvent], FinishEvent]:
-        """The last text events (what was held back) and the final result."""
+        """The last text events (what was held back) and the final result (done from now
+        on)."""
         if not self._text.stopped:  # a stop token: the text so far stands, flushed
             tail = self._detok.flush()
             if self._spec and self._ends:
@@ -294,6 +314,7 @@ class JobRun:
             logprobs=self._logprobs_of(0, len(self.output)),
             prompt_logprobs=self._prompt_logprobs,
         )
+        self._ended = True
         return self._events(), final
 
     def _events(self) -> list[TokenEvent]:

@@ -20,6 +20,7 @@ Redis does hold (tests/worker/test_leases_failover.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import cast
 
 import redis.asyncio as aioredis
@@ -29,19 +30,27 @@ from shared import codec, jobs, keys
 from shared.schemas import ErrorEvent, FinishEvent, JobEvent
 from shared.streams import id_str
 
+
+class NotStarted(IntEnum):
+    """What a start answers in place of a lease (every lease is > 0): the job was not started."""
+
+    ENDED = 0  # it ended already (a result is written): just acknowledge the entry
+    CANCELLED = -1  # it was cancelled before it started: end it as cancelled
+
+
 # KEYS: per job its hash and cancel flag. ARGV: result TTL (s), worker id. Returns per job
-# {lease, attempts} (flat) with the new lease, or {0, 0} when the job already ended (a result
-# is written), or {-1, 0} when it was cancelled before it started. One call starts a whole
-# batch of entries. The hash's status strings are shared.jobs.JobStatus values.
+# {lease, attempts} (flat) with the new lease, or {NotStarted.ENDED, 0} when the job already
+# ended, or {NotStarted.CANCELLED, 0} when it was cancelled before it started. One call starts
+# a whole batch of entries. The hash's status strings are shared.jobs.JobStatus values.
 _START = """
 local out = {}
 for j = 1, #KEYS / 2 do
   local hash, cancel = KEYS[2 * j - 1], KEYS[2 * j]
   local status = redis.call('HGET', hash, 'status')
   if status == 'finished' or status == 'cancelled' or status == 'failed' then
-    out[#out + 1] = 0; out[#out + 1] = 0
+    out[#out + 1] = ENDED; out[#out + 1] = 0
   elseif redis.call('EXISTS', cancel) == 1 then
-    out[#out + 1] = -1; out[#out + 1] = 0
+    out[#out + 1] = CANCELLED; out[#out + 1] = 0
   else
     out[#out + 1] = redis.call('HINCRBY', hash, 'lease', 1)
     out[#out + 1] = redis.call('HINCRBY', hash, 'attempts', 1)
@@ -50,7 +59,7 @@ for j = 1, #KEYS / 2 do
   end
 end
 return out
-"""
+""".replace("CANCELLED", str(int(NotStarted.CANCELLED))).replace("ENDED", str(int(NotStarted.ENDED)))
 
 # KEYS: the jobs stream, the model's finished stream, then per job its hash and events
 # stream. ARGV: TTL, worker id, group, n jobs, then two per job: a header
@@ -169,8 +178,9 @@ class Leases:
         self._hand_back = r.register_script(_HAND_BACK)
 
     async def start(self, job_id: str) -> tuple[int, int]:
-        """Take the job's lease: (lease > 0, attempts counted so far), or (0, 0) when the
-        job already ended, or (-1, 0) when it was cancelled before it started."""
+        """Take the job's lease: (lease > 0, attempts counted so far), or (NotStarted.ENDED,
+        0) when the job already ended, or (NotStarted.CANCELLED, 0) when it was cancelled
+        before it started (``NotStarted`` is an IntEnum: it compares equal to 0 and -1)."""
         (got,) = await self.start_many([job_id])
         return got
 
@@ -182,7 +192,8 @@ class Leases:
         for job_id in job_ids:
             script_keys += [keys.job_key(self.model, job_id), keys.job_cancel(self.model, job_id)]
         flat = [int(x) for x in await self._start(keys=script_keys, args=[self.ttl_s, self.worker_id])]
-        return list(zip(flat[0::2], flat[1::2], strict=True))
+        leases = [lease if lease > 0 else NotStarted(lease) for lease in flat[0::2]]
+        return list(zip(leases, flat[1::2], strict=True))
 
     async def write(self, batch: list[JobWrite]) -> list[bool]:
         """Write every job's events (and final result + ack) in one round trip; per job,

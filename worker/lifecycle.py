@@ -74,7 +74,7 @@ async def drain(
     left = list(running)
     for run in left:
         engine.abort_request(run.job_id)
-        run.done = True
+        run.let_go()
     handed = 0
     with anyio.move_on_after(DRAIN_REDIS_S) as bounded:
         await outbox.flush()  # what is in hand reaches Redis first

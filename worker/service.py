@@ -258,7 +258,6 @@ class WorkerService:
         reason = run.resumed_final_reason(self.engine.eos_token_ids)
         if reason is not None:  # the output sent before the failover already ends the job
             tail, final = run.finish(reason)
-            run.done = True
             write = JobWrite(run.job_id, run.lease, run.entry_id, list(tail), final)
             await self.outbox.put(StepOutput([write]))
             return
@@ -309,7 +308,7 @@ class WorkerService:
         """Another worker holds the job now: stop it here and write nothing more for it."""
         run = self.running.retire(job_id)
         if run is not None:
-            run.done = True
+            run.let_go()
             self.engine.abort_request(job_id)
             self.jobs_lost += 1
             rid = run.job.request_id

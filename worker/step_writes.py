@@ -5,7 +5,6 @@ gets an error event and leaves the engine; the others' writes go on."""
 from __future__ import annotations
 
 import logging
-from typing import cast
 
 from shared.errors import ErrorCode
 from shared.schemas import ErrorEvent, FinishEvent, FinishReason
@@ -32,8 +31,7 @@ def step_writes(running: RunningJobs, engine: Engine, outputs: list[RequestOutpu
             if not out.finished:
                 engine.abort_request(run.job_id)
             msg = f"the worker failed on this job's output: {type(exc).__name__}: {exc}"[:2000]
-            err = ErrorEvent(job_id=run.job_id, code=ErrorCode.ENGINE_ERROR.value, message=msg)
-            run.done = True
+            err = run.fail(ErrorCode.ENGINE_ERROR, msg)
             write = JobWrite(run.job_id, run.lease, run.entry_id, [], err)
         if write is not None:
             writes.append(write)
@@ -47,15 +45,13 @@ def job_write(run: JobRun, engine: Engine, out: RequestOutput) -> JobWrite | Non
     if run.stopped and not out.finished:
         engine.abort_request(run.job_id)
     final: FinishEvent | ErrorEvent | None = None
-    if out.finished and out.finish_reason == "error" and not run.stopped:
+    if out.finished and out.finish_reason == FinishReason.ERROR and not run.stopped:
         code = out.error_code or ErrorCode.ENGINE_ERROR
-        final = ErrorEvent(job_id=run.job_id, code=code.value, message=out.error or "")
+        final = run.fail(code, out.error or "")
     elif run.stopped or out.finished:
-        reason = "stop" if run.stopped else out.finish_reason or "stop"
-        tail, final = run.finish(cast(FinishReason, reason))
+        reason = FinishReason.STOP if run.stopped else out.finish_reason or FinishReason.STOP
+        tail, final = run.finish(reason)
         events += tail
-    if final is not None:
-        run.done = True
     if events or final is not None:
         return JobWrite(run.job_id, run.lease, run.entry_id, list(events), final)
     return None

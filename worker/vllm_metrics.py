@@ -40,11 +40,17 @@ from shared.metrics import (
     MetricSet,
     buckets_1_2_5,
 )
-from shared.schemas import ErrorEvent, FinishEvent
+from shared.schemas import ErrorEvent, FinishEvent, FinishReason
 from worker.job_run import JobRun
 
 LABELS = ("model_name", "engine")
-REASONS = {"stop": "stop", "length": "length", "cancelled": "abort", "error": "error"}
+# Ours -> vLLM's finish_reason label.
+REASONS = {
+    FinishReason.STOP: "stop",
+    FinishReason.LENGTH: "length",
+    FinishReason.CANCELLED: "abort",
+    FinishReason.ERROR: "error",
+}
 ITERATION_BUCKETS = tuple(float(2**i) for i in range(15))  # 1 .. 16384 tokens a step
 MAX_LEN = 1 << 20  # the request-length buckets' top when the context is not known
 

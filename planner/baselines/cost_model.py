@@ -31,7 +31,6 @@ class CostModelPolicy(Policy):
     whose predicted interval (prior.py) still overlaps the best k's.
     """
 
-    name: ClassVar[str] = "cost-model"
     PARAMS: ClassVar[dict[str, Param]] = {
         "gamma_max": int_param(8, "largest draft length considered", 1, 16),
         "buckets": int_list_param("pow2", "batch-size buckets: pow2, pairs, or bounds", ("pow2", "pairs")),

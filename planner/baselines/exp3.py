@@ -23,7 +23,6 @@ class Exp3Policy(Policy):
     be the wrong one).
     """
 
-    name: ClassVar[str] = "exp3"
     PARAMS: ClassVar[dict[str, Param]] = {
         "gamma_max": int_param(4, "largest γ (arms 0..gamma_max)", 1, 16),
         "reward": str_param("goodput", "goodput (tokens/s) or latency (per-token, inverted)", REWARDS),

@@ -14,7 +14,6 @@ class ThresholdPolicy(Policy):
     """γ = ``gamma`` for batch sizes ≤ ``max_batch``, γ = 0 above: speculation pays at small
     batches (memory-bound) and costs at large ones (compute-bound). Learns nothing."""
 
-    name: ClassVar[str] = "threshold"
     PARAMS: ClassVar[dict[str, Param]] = {
         "gamma": int_param(3, "γ at batch sizes up to max_batch", 1, 16),
         "max_batch": int_param(16, "largest batch size that still speculates", 1),

@@ -19,7 +19,6 @@ class UCBPolicy(Policy):
     Rewards: step goodput or inverse per-token latency, normalised by the best seen.
     """
 
-    name: ClassVar[str] = "ucb"
     PARAMS: ClassVar[dict[str, Param]] = {
         "gamma_max": int_param(4, "largest γ (arms 0..gamma_max)", 1, 16),
         "delta": float_param(0.5, "confidence parameter δ (the paper's proof uses ½)", 1e-6, 1.0),

@@ -41,7 +41,6 @@ class BanditPolicy(Policy):
     predicted interval overlaps the best one's.
     """
 
-    name: ClassVar[str] = "bandit"
     PARAMS: ClassVar[dict[str, Param]] = {
         "gamma_max": int_param(4, "largest γ (arms are 0..gamma_max)", 1, 16),
         "buckets": int_list_param(

@@ -45,9 +45,9 @@ class Choice:
 
 
 class Policy(ABC):
-    """Base of every policy. Subclasses set ``name`` and accept their parameters as keywords."""
+    """Base of every policy. Subclasses accept their parameters as keywords; a policy's name
+    is its key in the registry (planner/policies/registry.py), nowhere else."""
 
-    name: ClassVar[str] = ""
     # Declared parameters (default, doc, parser); the registry validates against these.
     PARAMS: ClassVar[dict[str, Param]] = {}
 

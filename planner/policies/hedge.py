@@ -26,7 +26,6 @@ class HedgePolicy(Policy):
     between 1 and ``gamma_max`` — never 0, so acceptance keeps being measured.
     """
 
-    name: ClassVar[str] = "hedge"
     PARAMS: ClassVar[dict[str, Param]] = {
         **HEDGE_PARAMS,
         "gamma": int_param(3, "γ for every batch size (gamma_rule=fixed)", 0, 16),

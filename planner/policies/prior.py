@@ -117,6 +117,14 @@ class Runs:
         self.accepted = [discount * x + n for x, n in zip(self.accepted, la.accepted, strict=True)]
         self.proposed = [discount * x + n for x, n in zip(self.proposed, la.proposed, strict=True)]
 
+    def positions(self) -> tuple[float, float]:
+        """(accepted, judged) positions as a per-token acceptance counts them: a run of a < depth
+        judges a + 1 positions (the miss included), a full run depth."""
+        depth = self.depth
+        accepted = sum(c * a for a, c in enumerate(self.accepted))
+        misses = sum(c for a, c in enumerate(self.accepted) if a < depth)
+        return accepted, accepted + misses
+
     def tokens(self, gamma: int, z: float) -> tuple[float, float, float]:
         """Tokens per verification at γ: (high, mean, low), ± ``z`` standard errors."""
         n = self.weight

@@ -13,8 +13,9 @@ from typing import Any
 from planner.policies.base import Policy
 from shared.policy_params import bad_param, catalogue
 
-# name -> "module:Class" (imported lazily so a broken optional policy cannot take down the
-# rest) or a class registered at run time.
+# The one table of policy names: name -> "module:Class" (imported lazily so a broken optional
+# policy cannot take down the rest) or a class registered at run time. planner.settings'
+# DEFAULT_POLICY names one of them.
 _POLICIES: dict[str, str | type[Policy]] = {
     "static": "planner.policies.static:StaticPolicy",
     "nightjar": "planner.policies.nightjar:NightjarPolicy",

@@ -16,7 +16,6 @@ class StaticPolicy(Policy):
     published γ is 0 whatever ``gamma`` says.
     """
 
-    name: ClassVar[str] = "static"
     PARAMS: ClassVar[dict[str, Param]] = {
         "gamma": int_param(0, "draft tokens per step for every batch size (0 = no speculation)", 0, 64),
         "drafter": str_param(None, "drafter to use (None: the worker's default)"),

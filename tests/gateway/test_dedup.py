@@ -16,10 +16,9 @@ import redis.asyncio as aioredis
 
 from gateway.dedup import SentMark
 from shared.schemas import Logprobs, SpecSpan, SpecStep, Speculation, StartEvent, TokenEvent
-from tests.gateway.test_outage import (
+from tests.gateway.conftest import (
     delivered,
     finish,
-    mem,
     next_job,
     outage_noticed,
     redis_down,
@@ -32,7 +31,6 @@ from tests.gateway.test_outage import (
 )
 
 pytestmark = pytest.mark.anyio
-__all__ = ["mem"]  # the fixture, imported for these tests
 
 
 def rerun(job_id: str) -> list[StartEvent | TokenEvent]:

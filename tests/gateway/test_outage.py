@@ -10,113 +10,31 @@ version (a redis-server killed for 5 s under 6 + 6 OpenAI clients) is in tests/c
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
 
 import anyio
 import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.app import create_app
-from gateway.settings import GatewaySettings
-from gateway.store import JobStore
-from shared import codec, jobs, keys
-from shared.connection import connect, fake_server, reset_fake_server
-from shared.schemas import FinishEvent, JobEvent, JobRequest, StartEvent, TokenEvent
-from shared.streams import ensure_group, entries, id_str
+from shared import codec, keys
 from tests.e2e.conftest import poll
-from tests.gateway.conftest import MODEL, register_worker
+from tests.gateway.conftest import (
+    MODEL,
+    TEXT,
+    delivered,
+    finish,
+    next_job,
+    outage_noticed,
+    redis_down,
+    redis_up,
+    served,
+    sse_data,
+    start,
+    token,
+    write,
+)
 
 pytestmark = pytest.mark.anyio
-TEXT = ["a", "b", "c", "d"]
-
-
-@pytest.fixture
-async def mem() -> AsyncIterator[aioredis.Redis]:
-    """The embedded store, always (these tests cut its server off)."""
-    reset_fake_server()
-    client = connect("memory://")
-    yield client
-    fake_server().connected = True
-    await client.aclose()
-
-
-def redis_down() -> None:
-    fake_server().connected = False
-
-
-def redis_up() -> None:
-    fake_server().connected = True
-
-
-@asynccontextmanager
-async def served(r: aioredis.Redis, **settings: Any) -> AsyncIterator[tuple[httpx.AsyncClient, JobStore]]:
-    await register_worker(r)
-    await ensure_group(r, keys.jobs_stream(MODEL), keys.JOBS_GROUP)
-    app = create_app(GatewaySettings(**{"keepalive_s": 0.05, **settings}), redis=r)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as gw:
-        yield gw, app.state.store
-
-
-async def next_job(r: aioredis.Redis) -> JobRequest:
-    """The next job submitted (as a worker takes it)."""
-
-    async def taken() -> JobRequest | None:
-        resp = await r.xreadgroup(keys.JOBS_GROUP, "w", {keys.jobs_stream(MODEL): ">"}, count=1)
-        got = entries(resp)
-        return codec.decode_as(got[0][1][codec.FIELD], JobRequest) if got else None
-
-    job = await poll(taken, 10, "a job to be submitted")
-    assert isinstance(job, JobRequest)
-    return job
-
-
-async def write(r: aioredis.Redis, events: list[JobEvent]) -> str:
-    """Write a job's events as its worker would (the final one with the result); the last id."""
-    async with r.pipeline(transaction=False) as pipe:
-        final = events[-1] if isinstance(events[-1], FinishEvent) else None
-        jobs.add_events(pipe, events[0].job_id, events[:-1] if final else events, model=MODEL)
-        if final is not None:
-            jobs.add_result(pipe, final, model=MODEL)
-        await pipe.execute()
-    last = await r.xrevrange(keys.job_events(MODEL, events[0].job_id), count=1)
-    return id_str(last[0][0])
-
-
-def start(job_id: str) -> StartEvent:
-    return StartEvent(job_id=job_id, worker_id="w", prompt_tokens=1)
-
-
-def token(job_id: str, i: int) -> TokenEvent:
-    return TokenEvent(job_id=job_id, index=i, token_ids=[10 + i], text=TEXT[i])
-
-
-def finish(job_id: str) -> FinishEvent:
-    return FinishEvent(job_id=job_id, finish_reason="length", text="".join(TEXT), token_ids=[10, 11, 12, 13],
-                       prompt_tokens=1, completion_tokens=4)  # fmt: skip
-
-
-async def delivered(store: JobStore, job_id: str, entry_id: str) -> None:
-    """Wait until the gateway's reader of the job's stream has read up to ``entry_id``."""
-
-    async def read() -> bool:
-        stream = keys.job_events(MODEL, job_id)
-        return any(s.stream == stream and s.cursor == entry_id for s in store.hub._subs.get(MODEL, ()))
-
-    await poll(read, 10, "the gateway to read the events before the outage")
-
-
-async def outage_noticed(store: JobStore, readers: int = 1) -> None:
-    async def noticed() -> bool:
-        return store.outages.waiting >= readers
-
-    await poll(noticed, 10, "the gateway's readers to notice the outage")
-
-
-def sse_data(text: str) -> list[str]:
-    return [line[6:] for line in text.split("\n") if line.startswith("data: ")]
 
 
 @pytest.mark.parametrize("stream", [True, False])

@@ -9,6 +9,8 @@ import pytest
 
 from nightjar import commands, options
 from nightjar.cli import build_parser, main
+from planner.policies import registry
+from planner.settings import DEFAULT_POLICY
 from shared import codec, keys
 from shared.connection import connect, reset_fake_server
 from shared.control import PolicyCommand
@@ -86,6 +88,15 @@ def test_command_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     gateway = build_parser().parse_args(["gateway"])
     assert commands.gateway_config(gateway, True).redis_url == "redis://127.0.0.1:6379/0"
     assert WorkerSettings(model_dir=TARGET).profile is False
+
+
+def test_planner_and_up_run_the_one_default_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """planner.settings.DEFAULT_POLICY (nightjar), a registered name, is what both commands run."""
+    monkeypatch.delenv("NIGHTJAR_POLICY", raising=False)
+    assert DEFAULT_POLICY == "nightjar" and DEFAULT_POLICY in registry.names()
+    assert commands.planner_config(build_parser().parse_args(["planner"]), True).policy == DEFAULT_POLICY
+    up = build_parser().parse_args(["up", "--model", TARGET])
+    assert commands.planner_config(up, False).policy == DEFAULT_POLICY
 
 
 def test_a_bad_environment_value_is_one_line_naming_flag_and_variable(

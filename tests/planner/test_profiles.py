@@ -24,8 +24,6 @@ pytestmark = pytest.mark.anyio
 class Recording(Policy):
     """Test policy: keeps every profile it is handed."""
 
-    name = "recording"
-
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         self.profiles: list[CostProfile] = []

@@ -23,8 +23,6 @@ pytestmark = pytest.mark.anyio
 class Counting(Policy):
     """Test policy: γ = number of telemetry messages observed (its learned state)."""
 
-    name = "counting"
-
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         self.seen = 0

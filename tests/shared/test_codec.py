@@ -6,11 +6,13 @@ import pytest
 from shared import codec
 from shared.codec import ALL_MESSAGES
 from shared.control import Decision, PolicyCommand, SwitchCostEvent, Telemetry, WorkerInfo
+from shared.errors import ErrorCode
 from shared.schemas import (
     CancelRequest,
     ChatMessage,
     ErrorEvent,
     FinishEvent,
+    FinishReason,
     JobRequest,
     Message,
     SamplingParams,
@@ -108,3 +110,22 @@ def test_unregistered_message_is_refused() -> None:
 
     with pytest.raises(codec.CodecError, match="unregistered"):
         codec.encode(Stray())
+
+
+def test_enum_fields_go_on_the_wire_as_their_strings() -> None:
+    """ErrorCode and FinishReason are StrEnums: the bytes are those of the plain strings, and
+    the strings decode back to the members."""
+    err = ErrorEvent(job_id="j", code=ErrorCode.DEAD_LETTER, message="no")
+    fin = FinishEvent(job_id="j", finish_reason=FinishReason.LENGTH, text="", token_ids=[], prompt_tokens=1,
+                      completion_tokens=0)  # fmt: skip
+    for msg, field, value in ((err, "code", "dead_letter"), (fin, "finish_reason", "length")):
+        d = msgpack.unpackb(codec.encode(msg))["d"]
+        assert type(d[field]) is str and d[field] == value
+        back = codec.decode(codec.encode(msg))
+        assert getattr(back, field) is getattr(msg, field)
+    plain = {"job_id": "j", "code": "dead_letter", "message": "no"}
+    envelope = {"v": codec.SCHEMA_VERSION, "t": "error", "d": plain}
+    assert codec.encode(err) == msgpack.packb(envelope, use_bin_type=True)
+    # a code outside this version's vocabulary (a newer worker's) still answers the job: internal
+    newer = codec.decode(codec.encode(err).replace(b"dead_letter", b"dead_lettex"))
+    assert isinstance(newer, ErrorEvent) and newer.code is ErrorCode.INTERNAL

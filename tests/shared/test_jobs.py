@@ -19,7 +19,7 @@ def test_terminal_status() -> None:
     assert jobs.terminal_status(_finish("stop")) is jobs.JobStatus.FINISHED
     assert jobs.terminal_status(_finish("length")) is jobs.JobStatus.FINISHED
     assert jobs.terminal_status(_finish("cancelled")) is jobs.JobStatus.CANCELLED
-    assert jobs.terminal_status(ErrorEvent(job_id="j", code="x", message="y")) is jobs.JobStatus.FAILED
+    assert jobs.terminal_status(ErrorEvent(job_id="j", code="internal", message="y")) is jobs.JobStatus.FAILED
     assert jobs.status_of(None) is None and jobs.status_of(b"queued") is jobs.JobStatus.QUEUED
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from shared.schemas import JobRequest, Logprobs, SamplingParams, TokenEvent
+from shared.errors import ErrorCode
+from shared.schemas import FinishReason, JobRequest, Logprobs, SamplingParams, TokenEvent
 from tests.tiny_models import build_tokenizer
 from worker.job_run import JobRun, Resume
 
@@ -183,3 +184,16 @@ def test_a_rerun_of_a_final_only_job_continues_after_what_was_written() -> None:
     assert len(tail) == 1 and tail[0].index == len(resume.token_ids)
     assert [t for e in first + tail for t in e.token_ids] == IDS
     assert "".join(e.text for e in first + tail) == TEXT
+
+
+def test_done_once_the_job_ended_here_or_was_let_go() -> None:
+    """``done`` is derived: set by the final event (finish, fail) or by letting the job go."""
+    finished, failed, lost = _run(), _run(), _run()
+    assert not (finished.done or failed.done or lost.done)
+    finished.feed(IDS[:3])
+    assert not finished.done
+    finished.finish(FinishReason.LENGTH)
+    err = failed.fail(ErrorCode.ENGINE_ERROR, "boom")
+    assert err.code is ErrorCode.ENGINE_ERROR and err.job_id == "j"
+    lost.let_go()
+    assert finished.done and failed.done and lost.done

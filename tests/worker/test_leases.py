@@ -8,7 +8,7 @@ import redis.asyncio as aioredis
 from shared import codec, jobs, keys
 from shared.schemas import FinishEvent, TokenEvent
 from shared.streams import ensure_group
-from worker.leases import JobWrite, Leases
+from worker.leases import JobWrite, Leases, NotStarted
 
 pytestmark = pytest.mark.anyio
 M = "tiny"  # the served model name of these tests' workers
@@ -51,7 +51,7 @@ async def test_only_the_newest_lease_writes(r: aioredis.Redis) -> None:
     # The result, the acknowledgement and the deletion of the entry are one step.
     assert await r.xpending_range(keys.jobs_stream(M), keys.JOBS_GROUP, "-", "+", 10) == []
     assert await r.xlen(keys.jobs_stream(M)) == 0
-    assert await new.start("j") == (0, 0)  # an ended job is not started again
+    assert await new.start("j") == (NotStarted.ENDED, 0)  # an ended job is not started again
 
 
 async def test_renewal_keeps_held_entries_and_reports_lost_ones(r: aioredis.Redis) -> None:
@@ -71,7 +71,8 @@ async def test_renewal_keeps_held_entries_and_reports_lost_ones(r: aioredis.Redi
 async def test_a_cancelled_job_is_not_started(r: aioredis.Redis) -> None:
     await _pending_job(r, "c", "w1")
     await r.set(keys.job_cancel(M, "c"), b"1")
-    assert await Leases(r, "w1", 60, model=M).start("c") == (-1, 0)
+    lease, attempts = await Leases(r, "w1", 60, model=M).start("c")
+    assert lease is NotStarted.CANCELLED and attempts == 0
 
 
 async def test_hand_back_makes_the_entry_claimable_at_once_without_counting_a_start(

@@ -157,7 +157,7 @@ class Grammars:
             seq.fail(ErrorCode.BAD_REQUEST, str(exc))
             return False
         if seq.grammar.done:
-            seq.finish("stop")
+            seq.finish(FinishReason.STOP)
             return False
         return True
 

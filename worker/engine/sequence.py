@@ -127,11 +127,13 @@ class Sequence:
         self.num_computed = 0
         self.finish_reason = None
 
-    def finish(self, reason: FinishReason) -> None:
+    def finish(self, reason: FinishReason | str) -> None:
+        """Finished, for ``reason``: a FinishReason, or its value (engine.py and scheduler.py
+        still pass the value; an unknown one raises ValueError)."""
         self.status = Status.FINISHED
-        self.finish_reason = reason
+        self.finish_reason = FinishReason(reason)
 
     def fail(self, code: ErrorCode | str, message: str) -> None:
         """Finish with reason "error": ``code`` says whose fault (shared/errors.py)."""
-        self.finish("error")
+        self.finish(FinishReason.ERROR)
         self.error_code, self.error = ErrorCode(code), message

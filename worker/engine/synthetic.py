@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shared.profile import CostProfile
+from shared.schemas import FinishReason
 from worker.engine.api import Engine, EngineRequest, RequestOutput, StepResult, StepStats
 from worker.engine.spec.speculation_plan import SpeculationPlan
 
@@ -111,7 +112,7 @@ class SyntheticEngine(Engine):
         for rid in aborts:
             seq = self._running.pop(rid, None)
             if seq is not None:
-                outputs.append(self._out(seq, [], "cancelled"))
+                outputs.append(self._out(seq, [], FinishReason.CANCELLED))
         batch = len(self._running)
         step_s = self.profile.step(batch, 0) if batch else 0.0
         if batch:
@@ -123,7 +124,7 @@ class SyntheticEngine(Engine):
             finished = seq.done >= limit
             if finished:
                 del self._running[rid]
-            outputs.append(self._out(seq, [token], "length" if finished else None))
+            outputs.append(self._out(seq, [token], FinishReason.LENGTH if finished else None))
         self._step += 1
         stats = StepStats(
             step=self._step,
@@ -138,12 +139,12 @@ class SyntheticEngine(Engine):
         return StepResult(outputs, stats)
 
     @staticmethod
-    def _out(seq: _Seq, tokens: list[int], reason: str | None) -> RequestOutput:
+    def _out(seq: _Seq, tokens: list[int], reason: FinishReason | None) -> RequestOutput:
         return RequestOutput(
             request_id=seq.req.request_id,
             new_token_ids=tokens,
             finished=reason is not None,
-            finish_reason=reason,  # type: ignore[arg-type]
+            finish_reason=reason,
             num_prompt_tokens=len(seq.req.prompt_token_ids),
             num_output_tokens=seq.done,
         )

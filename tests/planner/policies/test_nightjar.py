@@ -135,3 +135,45 @@ def test_the_decision_shows_in_the_planners_gauges_and_in_top() -> None:
         Snapshot(at=d.created_at, workers=[], decision=d, active=None, status={}, pending=0, lag=0, tail=0)
     )
     assert f"cost rule acceptance prior  head 0.42  ngram 0.10  hold {c.hold_steps} steps" in text
+
+
+def test_scoring_time_and_one_slow_speculative_step_do_not_price_speculation_out() -> None:
+    """A speculative step's scoring of new prompts (``counterfactual_time``) is not what its γ
+    cost, and one slow speculative step moves the class's excess by a twentieth at most: on
+    SmolLM2 one warm-up step that scored two prompts (108 ms against 49 predicted) once priced
+    speculation out at every batch size for the rest of the run."""
+    pol = _policy()
+    pol.use_profile(_profile())
+    p = pol.profile
+    assert p is not None
+    for b in (1, 4):
+        for _ in range(50):
+            pol.observe(_step(b, p.target(b, 1, 100.0)))
+    before = {c.batch: c.spec_s["head"] for c in pol.decide(0.0).step_costs}
+    predicted = p.target(4, 2, 100.0) + 2 * p.draft(4, "head")
+    spec = {"gamma": 2, "proposed": 8, "num_drafts": 4, "drafter_shares": {"head": 4}}
+    pol.observe(_step(4, 2.2 * predicted, counterfactual_time=1.2 * predicted, **spec))
+    after = {c.batch: c.spec_s["head"] for c in pol.decide(0.0).step_costs}
+    assert after[4] == pytest.approx(before[4], rel=0.01) and after[1] == pytest.approx(before[1], rel=0.01)
+    pol.observe(_step(4, 5.0 * predicted, **spec))  # slow for a reason the step does not show
+    after = {c.batch: c.spec_s["head"] for c in pol.decide(0.0).step_costs}
+    assert after[1][0] <= before[1][0] * 1.051  # at most 5 % of the clipped 2×
+    for _ in range(200):  # many slow steps are believed
+        pol.observe(_step(4, 1.5 * predicted, **spec))
+    assert {c.batch: c for c in pol.decide(0.0).step_costs}[4].spec_s["head"][1] == pytest.approx(
+        1.5 * predicted, rel=0.03
+    )
+
+
+def test_ngrams_acceptance_comes_from_its_lookahead_at_every_step() -> None:
+    """n-gram is judged on every step's text (the worker's lookahead): its prior is those runs
+    counted per token (a run a < depth judges a + 1 positions), not the few sparse scores."""
+    from shared.control import Lookahead
+
+    pol = _policy()
+    pol.use_profile(_profile())
+    runs = Lookahead(accepted=[1, 0, 0, 0, 1], proposed=[0, 0, 0, 0, 2])  # nothing, or all four
+    for _ in range(100):
+        pol.observe(_step(1, 0.05, counterfactual={"ngram": 0.0}, lookahead={"ngram": runs}))
+    mean, _ = pol.priors()
+    assert mean["ngram"] == pytest.approx(4 / 5, abs=0.02)  # 4 accepted of 5 judged per pair

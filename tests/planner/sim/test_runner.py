@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from planner.policies import registry
 from planner.policies.base import Choice, Policy
@@ -11,8 +11,6 @@ from shared.control import Telemetry
 
 
 class Recorder(Policy):
-    name: ClassVar[str] = "recorder"
-
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         self.seen: list[int] = []

@@ -22,12 +22,23 @@ one is freed. Each followed sequence gives its newest ready position per step (o
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from shared.control import Lookahead
 from worker.engine.sequence import Sequence
 from worker.engine.spec.ngram import NgramDrafter, NgramIndex
 
 DEPTH = 4  # tokens judged after each position (the planner's γ range by default)
 MAX_SEQUENCES = 4  # sequences followed at a time
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One model-free drafter at one position: how many of its proposed tokens led the
+    verified ones (``hit``), of how many it proposed."""
+
+    hit: int
+    proposed: int
 
 
 class LookaheadJudge:
@@ -44,17 +55,22 @@ class LookaheadJudge:
 
     def judge(self, seqs: list[Sequence]) -> dict[str, Lookahead]:
         """Each drafter's histograms over this step's newly ready positions (empty: none)."""
+        return self.histograms(self.judge_each(seqs))
+
+    def judge_each(self, seqs: list[Sequence]) -> dict[str, dict[str, Judged]]:
+        """Per followed sequence with a newly ready position (by request id), each drafter's
+        judgement there."""
         for seq in seqs:
             if len(self._next) >= self.max_sequences:
                 break
             self._next.setdefault(seq.request_id, seq.num_prompt + 1)
-        ready = [(s, j) for s in seqs if (j := self._ready(s)) is not None]
-        if not ready:
-            return {}
-        out = {d.name: Lookahead(accepted=[0] * (self.depth + 1), proposed=[0] * (self.depth + 1))
-               for d in self.drafters}  # fmt: skip
-        for seq, j in ready:
+        out: dict[str, dict[str, Judged]] = {}
+        for seq in seqs:
+            j = self._ready(seq)
+            if j is None:
+                continue
             tokens, verified = seq.token_ids, seq.token_ids[j : j + self.depth]
+            mine = out[seq.request_id] = {}
             for d in self.drafters:
                 index = self._index.get((d.name, seq.request_id))
                 if index is None:
@@ -64,9 +80,20 @@ class LookaheadJudge:
                 hit = 0
                 while hit < len(proposal) and proposal[hit] == verified[hit]:
                     hit += 1
-                out[d.name].accepted[hit] += 1
-                out[d.name].proposed[len(proposal)] += 1
+                mine[d.name] = Judged(hit, len(proposal))
             self._next[seq.request_id] = j + 1
+        return out
+
+    def histograms(self, judged: dict[str, dict[str, Judged]]) -> dict[str, Lookahead]:
+        """Each drafter's histograms of accepted and proposed lengths over ``judged``."""
+        if not judged:
+            return {}
+        out = {d.name: Lookahead(accepted=[0] * (self.depth + 1), proposed=[0] * (self.depth + 1))
+               for d in self.drafters}  # fmt: skip
+        for mine in judged.values():
+            for name, x in mine.items():
+                out[name].accepted[x.hit] += 1
+                out[name].proposed[x.proposed] += 1
         return out
 
     def _ready(self, seq: Sequence) -> int | None:

@@ -20,6 +20,13 @@ verifications (and now and then the other drafters' counterfactuals on them) add
 discounted by ``DISCOUNT`` per verification so a sequence that changes domain is followed.
 Nothing here is explored: where the prior says a pair loses, it does not run.
 
+A model-free drafter (n-gram) is judged on the sequence's own verified text at every step, γ = 0
+included (lookahead.py: a dictionary lookup): the accepted run length at each judged position,
+discounted by ``RUNS_DISCOUNT``. Once ``RUNS_MIN`` positions are in, a verification at γ is
+predicted to emit 1 + mean(min(run, γ)) tokens from those runs instead of E(α, γ): n-gram hits
+come in runs (on code: nothing at half the positions, all four at a third), which one per-token
+α misjudges, and a sequence that turns to code finds n-gram pays without drafting to learn it.
+
 Switching is bounded: a sequence keeps its pair for at least ``SpeculationPlan.hold_steps`` steps
 (K, from the switching cost: the planner sets it) unless its batch-size class (the power of two
 above its batch size) changes, and a new pair must predict ``MARGIN`` less time per token.
@@ -47,6 +54,8 @@ DISCOUNT = 0.9  # per verification, on a sequence's own counts (~10 verification
 MARGIN = 0.03  # a new pair must predict this much less time per token than the held one
 DEFAULT_ACCEPTANCE = 0.5  # a drafter the decision gives no prior for
 RESCORE_EVERY = 16  # a drafting sequence scores the other drafters on every this-many-th verification
+RUNS_DISCOUNT = 0.95  # per judged position, on a sequence's model-free run lengths (~20 positions)
+RUNS_MIN = 6.0  # judged positions (discounted) before a sequence's runs replace E(α, γ)
 
 
 @dataclass
@@ -54,6 +63,7 @@ class SeqSpec:
     """One sequence's acceptance per drafter and the pair it drafts with now."""
 
     counts: dict[str, list[float]] = field(default_factory=dict)  # drafter -> [accepted, judged]
+    runs: dict[str, list[float]] = field(default_factory=dict)  # model-free drafter -> by run length
     drafter: str | None = None
     gamma: int = 0
     held: int = 0  # steps the current pair has run
@@ -81,6 +91,24 @@ class SeqSpec:
         for name, (accepted, judged) in counts.items():
             self.add(name, accepted, judged)
         self.verifications += 1
+
+    def judged(self, drafter: str, hit: int, depth: int) -> None:
+        """One position a model-free drafter was judged at: ``hit`` (0..``depth``) of its
+        proposed tokens led the verified ones."""
+        runs = self.runs.get(drafter)
+        if runs is None or len(runs) != depth + 1:
+            runs = self.runs[drafter] = [0.0] * (depth + 1)
+        for a in range(len(runs)):
+            runs[a] *= RUNS_DISCOUNT
+        runs[min(max(hit, 0), depth)] += 1.0
+
+    def run_tokens(self, drafter: str, gamma: int) -> float | None:
+        """Tokens a verification at γ emits by this sequence's runs (None: too few judged, or
+        γ beyond the depth judged)."""
+        runs = self.runs.get(drafter)
+        if runs is None or gamma >= len(runs) or sum(runs) < RUNS_MIN:
+            return None
+        return 1.0 + sum(c * min(a, gamma) for a, c in enumerate(runs)) / sum(runs)
 
     def wants_scores(self) -> bool:
         """Whether this verification scores the other drafters (now and then: the prompt
@@ -114,21 +142,27 @@ class CostRule:
     def plain(self, batch: int) -> float:
         return max(interp(self.batches, self.plain_s, batch), 1e-9)
 
-    def loss(self, batch: int, drafter: str | None, gamma: int, alpha: float) -> float:
-        """Predicted seconds per token per sequence of a step at (drafter, γ)."""
+    def loss(
+        self, batch: int, drafter: str | None, gamma: int, alpha: float, tokens: float | None = None
+    ) -> float:
+        """Predicted seconds per token per sequence of a step at (drafter, γ): the step over
+        E(α, γ), or over ``tokens`` where the sequence's runs say what a verification emits."""
         if gamma == 0 or drafter is None:
             return self.plain(batch)
         step = max(interp(self.batches, self.spec_s[drafter][gamma - 1], batch), 1e-9)
-        return step / expected_tokens(alpha, gamma)
+        return step / (tokens if tokens is not None else expected_tokens(alpha, gamma))
 
-    def best(self, batch: int, alphas: dict[str, float], allowed: Seq[str]) -> tuple[str | None, int, float]:
+    def best(
+        self, batch: int, alphas: dict[str, float], allowed: Seq[str], spec: SeqSpec | None = None
+    ) -> tuple[str | None, int, float]:
         """The pair of least predicted time per token (γ = 0 on ties)."""
         out: tuple[str | None, int, float] = (None, 0, self.plain(batch))
         for d in self.drafters:
             if d not in allowed:
                 continue
             for g in range(1, self.gamma_max + 1):
-                loss = self.loss(batch, d, g, alphas[d])
+                tokens = spec.run_tokens(d, g) if spec is not None else None
+                loss = self.loss(batch, d, g, alphas[d], tokens)
                 if loss < out[2]:
                     out = (d, g, loss)
         return out
@@ -148,13 +182,14 @@ class CostRule:
         """This step's pair for one sequence: the best one, unless the held one has run fewer
         than ``hold`` steps in the same batch-size class or is within ``MARGIN`` of it."""
         alphas = {d: spec.alpha(d, self.prior) for d in self.drafters}
-        drafter, gamma, loss = self.best(batch, alphas, allowed)
+        drafter, gamma, loss = self.best(batch, alphas, allowed, spec)
         cls = batch_class(batch)
         current = spec.drafter if spec.gamma > 0 else None
         valid = current is None or (current in allowed and spec.gamma <= self.gamma_max)
         same = (drafter, gamma) == (current, spec.gamma if current is not None else 0)
         if not same and valid and cls == spec.batch_class and spec.held > 0:
-            held_loss = self.loss(batch, current, spec.gamma, alphas.get(current or "", 0.0))
+            held = spec.run_tokens(current, spec.gamma) if current is not None else None
+            held_loss = self.loss(batch, current, spec.gamma, alphas.get(current or "", 0.0), held)
             if spec.held < self.hold or loss > held_loss * (1.0 - MARGIN):
                 drafter, gamma = current, spec.gamma if current is not None else 0
                 same = True

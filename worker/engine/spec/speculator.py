@@ -291,8 +291,13 @@ class Speculator:
         scope each sequence's learner learns from its own (router.py)."""
         drafted = [v for v in verified if v.drafted is not None]
         # Model-free drafters are judged on every step, γ = 0 included (lookahead.py).
-        judge = self.judge if self.scores_drafters and self._active else None
-        lookahead = judge.judge([v.seq for v in verified]) if judge is not None else {}
+        judge = self.judge if self._active and (self.scores_drafters or self._rule is not None) else None
+        each = judge.judge_each([v.seq for v in verified]) if judge is not None else {}
+        lookahead = judge.histograms(each) if judge is not None else {}
+        if self._rule is not None and judge is not None:  # each sequence's own n-gram runs (plan.py)
+            for v in verified:
+                for name, x in each.get(v.seq.request_id, {}).items():
+                    v.seq.spec.judged(name, x.hit, judge.depth)
         if self.pool is None or drafter is None or not drafted:
             return Feedback(lookahead=lookahead)
         accepted = 0

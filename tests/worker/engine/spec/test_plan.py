@@ -107,6 +107,22 @@ def test_a_sequences_acceptance_starts_at_the_prior_and_follows_its_own_verifica
     assert spec.alpha(CODE, prior) == pytest.approx(0.25, abs=0.04)
 
 
+def test_a_sequences_ngram_runs_replace_e_alpha_gamma_once_enough_are_judged() -> None:
+    """n-gram hits come in runs: nothing at half the positions, all four at the other half is
+    3 tokens a verification at γ = 4, which a per-token prior of 0.1 would price at 1.1."""
+    rule = CostRule(plan_from(_decision().model_copy(update={"acceptance": dict.fromkeys(DRAFTERS, 0.1)})))
+    spec = SeqSpec()
+    alphas = {d: spec.alpha(d, rule.prior) for d in DRAFTERS}
+    assert rule.best(1, alphas, DRAFTERS, spec)[:2] == (None, 0)  # the prior alone: plain
+    for i in range(int(plan.RUNS_MIN) + 2):
+        spec.judged("ngram", 4 if i % 2 else 0, depth=4)
+    assert spec.run_tokens("ngram", 4) == pytest.approx(3.0, abs=0.2)
+    assert spec.run_tokens("ngram", 1) == pytest.approx(1.5, abs=0.1)
+    assert spec.run_tokens(CODE, 4) is None and spec.run_tokens("ngram", 5) is None
+    assert rule.best(1, alphas, DRAFTERS, spec)[:2] == ("ngram", 4)
+    assert rule.choose(spec, 1, DRAFTERS) == ("ngram", 4)
+
+
 # ------------------------------------------------------------------ in the engine
 
 
@@ -173,7 +189,7 @@ def test_nothing_speculative_runs_where_no_drafter_can_pay(monkeypatch: pytest.M
     monkeypatch.setattr(ModelDrafter, "_feed", counted("feed", ModelDrafter._feed))
     for method in ("propose", "score", "catch_up"):
         monkeypatch.setattr(NgramDrafter, method, counted("ngram", getattr(NgramDrafter, method)))
-    monkeypatch.setattr(LookaheadJudge, "judge", counted("judge", LookaheadJudge.judge))
+    monkeypatch.setattr(LookaheadJudge, "judge_each", counted("judge", LookaheadJudge.judge_each))
     engine = _engine()
     apply_decision(engine, _decision())
     tok = engine.tokenizer
@@ -217,3 +233,24 @@ def test_step_costs_must_ascend() -> None:
         Decision(version=1, policy="t", step_costs=[costs[1], costs[0]])
     with pytest.raises(ValidationError, match="ascending"):
         Decision(version=1, policy="t", step_costs=[costs[0], costs[0]])
+
+
+def test_a_sequence_whose_text_repeats_drafts_with_ngram_without_exploring(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """n-gram's prior is 0.05 (by E(α, γ) it never pays), but the lookahead judges n-gram
+    on the sequence's own output at every γ = 0 step: a story that repeats itself drafts with
+    n-gram once its runs say so, exactly; without the runs it never speculates."""
+    story = {"story": "Once upon a time"}
+    decision = _decision(version=2, skip_drafters=[CODE, PROSE]).model_copy(
+        update={"acceptance": dict.fromkeys(DRAFTERS, 0.05)}
+    )
+    engine = _engine()
+    reference, _ = _drain(engine, story, Decision(version=1, policy="t", gamma_table=[(ALL_BATCHES, 0)]))
+    got, seen = _drain(engine, story, decision)
+    assert got == reference
+    ngram = [s for s in seen["steps"] if s.drafter_shares.get("ngram")]
+    assert ngram and sum(s.accepted for s in ngram) > 0
+    monkeypatch.setattr(plan, "RUNS_MIN", 1e9)
+    got, seen = _drain(engine, story, decision.model_copy(update={"version": 3}))
+    assert got == reference and not any(s.drafter_shares for s in seen["steps"])
