@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shared.schemas import FinishReason
 from worker.engine.block_manager import BlockManager
 from worker.engine.forward import Forwarded
 from worker.engine.logits_cache import LogitsCache
@@ -113,6 +114,6 @@ class Commit:
     def _check_finished(self, seq: Sequence, token: int, eos: frozenset[int]) -> None:
         ended = seq.grammar is not None and seq.grammar.done
         if ended or (token in eos and not seq.params.ignore_eos):
-            seq.finish("stop")
+            seq.finish(FinishReason.STOP)
         elif seq.num_output >= seq.params.max_tokens or len(seq.token_ids) >= self.scheduler.max_model_len:
-            seq.finish("length")
+            seq.finish(FinishReason.LENGTH)

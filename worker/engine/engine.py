@@ -34,6 +34,7 @@ from typing import Any
 
 from shared.control import MemoryEvent
 from shared.errors import ErrorCode
+from shared.schemas import FinishReason
 from worker.engine.api import Engine, EngineRequest, RequestOutput, StepResult
 from worker.engine.block_manager import BlockManager
 from worker.engine.commit import Commit
@@ -266,7 +267,7 @@ class LLMEngine(Engine):
                     seq = self._seqs.pop(cmd.request_id, None)
                     if seq is not None:
                         self.scheduler.remove(seq)
-                        seq.finish("cancelled")
+                        seq.finish(FinishReason.CANCELLED)
                         touched.append(seq)
                 elif isinstance(cmd, ApplyPlan):
                     self._plan = cmd.plan

@@ -24,6 +24,7 @@ import bisect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from shared.schemas import FinishReason
 from worker.engine.block_manager import BlockManager
 from worker.engine.sequence import Sequence, Status
 
@@ -208,7 +209,7 @@ class Scheduler:
         self.waiting.remove(seq)
         self.blocks.free(seq.request_id)
         if seq.num_output > 0:
-            seq.finish("length")  # grew to the largest context this cache can hold
+            seq.finish(FinishReason.LENGTH)  # grew to the largest context this cache can hold
         else:
             seq.fail(
                 "context_length_exceeded",

@@ -75,11 +75,6 @@ class Sequence:
     def num_prompt(self) -> int:
         return len(self.prompt_token_ids)
 
-    @property
-    def keyed(self) -> bool:
-        """A seeded sampled request: each token is drawn keyed on (seed, its position)."""
-        return is_keyed(self.params)
-
     def position(self, index: int) -> int:
         """The output position of the token at ``index`` of ``token_ids`` (a resume's sent
         output counted: position 0 is the job's first output token)."""
@@ -96,6 +91,11 @@ class Sequence:
     @property
     def num_uncomputed(self) -> int:
         return len(self.token_ids) - self.num_computed
+
+    @property
+    def keyed(self) -> bool:
+        """A seeded sampled request: each token is drawn keyed on (seed, its position)."""
+        return is_keyed(self.params)
 
     @property
     def wants_prompt_logprobs(self) -> bool:
@@ -127,11 +127,10 @@ class Sequence:
         self.num_computed = 0
         self.finish_reason = None
 
-    def finish(self, reason: FinishReason | str) -> None:
-        """Finished, for ``reason``: a FinishReason, or its value (engine.py and scheduler.py
-        still pass the value; an unknown one raises ValueError)."""
+    def finish(self, reason: FinishReason) -> None:
+        """Finished, for ``reason``."""
         self.status = Status.FINISHED
-        self.finish_reason = FinishReason(reason)
+        self.finish_reason = reason
 
     def fail(self, code: ErrorCode | str, message: str) -> None:
         """Finish with reason "error": ``code`` says whose fault (shared/errors.py)."""
