@@ -19,21 +19,30 @@ from worker.engine.spec.speculation_plan import SpeculationPlan
 
 @dataclass(frozen=True)
 class AddRequest:
+    """Admit ``request``; one the engine cannot take (an empty prompt, an id in use, a
+    constraint the grammar engine refuses) finishes at once instead."""
+
     request: EngineRequest
 
 
 @dataclass(frozen=True)
 class Abort:
+    """Finish the request as cancelled, waiting or running; an id the engine lacks is ignored."""
+
     request_id: str
 
 
 @dataclass(frozen=True)
 class ApplyPlan:
+    """Speculate by ``plan`` from this step on."""
+
     plan: SpeculationPlan
 
 
 @dataclass(frozen=True)
 class Resize:
+    """Resize the KV pool to ``num_blocks``, preempting sequences whose blocks cannot stay."""
+
     num_blocks: int
 
 

@@ -9,6 +9,7 @@ feedback, the memory events — and what the engine looked like when the step en
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from shared.control import MemoryEvent, StepStats
 from worker.engine.records import StepWork
@@ -45,40 +46,67 @@ class StepRecord:
 
 
 def step_stats(r: StepRecord) -> StepStats:
-    """The step's telemetry: sizes, times, speculation and memory, from its records alone."""
-    work, drafted, fb, state = r.work, r.work.drafted, r.feedback, r.state
-    contexts = state.contexts
-    return StepStats(
-        step=r.step,
-        batch_size=sum(1 for v in work.verified if not v.candidate.scheduled.prefill),
-        prefill_tokens=work.prefilled,
-        num_tokens=work.kept,
-        gamma=r.choice.gamma if drafted.drafts else 0,
-        drafter=drafted.drafter,
-        drafter_shares=drafted.shares,
-        step_time=state.step_time,
-        draft_time=drafted.seconds,
-        verify_time=work.verify_time,
-        other_time=state.step_time - work.verify_time - drafted.seconds,
-        counterfactual_time=fb.seconds + r.choice.prompt_seconds,
-        prompts_scored=r.choice.prompts_scored,
-        proposed=drafted.proposed,
-        accepted=fb.accepted,
-        num_drafts=fb.drafts,
-        accepted_per_pos=fb.per_pos,
-        counterfactual=fb.counterfactual,
-        lookahead=fb.lookahead,
-        mean_context=sum(contexts) / len(contexts) if contexts else 0.0,
-        running=len(contexts),
-        waiting=state.waiting,
-        free_blocks=state.free_blocks,
-        total_blocks=state.total_blocks,
-        draft_resident=state.draft_resident,
-        switch_costs=drafted.switch_costs,
-        prefix_queries=state.prefix_queries,
-        prefix_hits=state.prefix_hits,
-        preempted=len(r.schedule.preempted),
-        failed=len(work.failed),
-        decision_version=state.plan_version,
-        memory_events=r.memory_events,
-    )
+    """The step's telemetry: sizes, times, speculation and memory, from its records alone.
+
+    Built from one part per topic below; ``StepStats`` (a pydantic model that forbids extra
+    fields) validates every name and value the parts give it."""
+    return StepStats(step=r.step, **_sizes(r), **_times(r), **_speculation(r), **_engine(r))
+
+
+def _sizes(r: StepRecord) -> dict[str, Any]:
+    """How many sequences and tokens the step dealt with."""
+    work = r.work
+    return {
+        "batch_size": sum(1 for v in work.verified if not v.candidate.scheduled.prefill),
+        "prefill_tokens": work.prefilled,
+        "num_tokens": work.kept,
+        "preempted": len(r.schedule.preempted),
+        "failed": len(work.failed),
+    }
+
+
+def _times(r: StepRecord) -> dict[str, Any]:
+    """Where the step's seconds went ("other": all but drafting and the verify phase)."""
+    step_time, drafting, verifying = r.state.step_time, r.work.drafted.seconds, r.work.verify_time
+    return {
+        "step_time": step_time,
+        "draft_time": drafting,
+        "verify_time": verifying,
+        "other_time": step_time - verifying - drafting,
+        "counterfactual_time": r.feedback.seconds + r.choice.prompt_seconds,
+    }
+
+
+def _speculation(r: StepRecord) -> dict[str, Any]:
+    """What was drafted (γ is 0 where nothing was) and what the drafters' feedback says."""
+    drafted, fb = r.work.drafted, r.feedback
+    return {
+        "gamma": r.choice.gamma if drafted.drafts else 0,
+        "drafter": drafted.drafter,
+        "drafter_shares": drafted.shares,
+        "switch_costs": drafted.switch_costs,
+        "prompts_scored": r.choice.prompts_scored,
+        "proposed": drafted.proposed,
+        "accepted": fb.accepted,
+        "num_drafts": fb.drafts,
+        "accepted_per_pos": fb.per_pos,
+        "counterfactual": fb.counterfactual,
+        "lookahead": fb.lookahead,
+    }
+
+
+def _engine(r: StepRecord) -> dict[str, Any]:
+    """The engine as the step ended: its sequences, its KV pool and memory, the plan in force."""
+    state, contexts = r.state, r.state.contexts
+    return {
+        "mean_context": sum(contexts) / len(contexts) if contexts else 0.0,
+        "running": len(contexts),
+        "waiting": state.waiting,
+        "free_blocks": state.free_blocks,
+        "total_blocks": state.total_blocks,
+        "prefix_queries": state.prefix_queries,
+        "prefix_hits": state.prefix_hits,
+        "draft_resident": state.draft_resident,
+        "memory_events": r.memory_events,
+        "decision_version": state.plan_version,
+    }

@@ -48,6 +48,37 @@ class CatchUp:
     tokens: int = 0  # largest number of tokens one sequence caught up
     input_len: int = 0  # longest context among them
 
+    def add(self, tokens: int, input_len: int) -> None:
+        """Count one sequence that catches up ``tokens`` tokens of its ``input_len``."""
+        self.batch_size += 1
+        self.tokens = max(self.tokens, tokens)
+        self.input_len = max(self.input_len, input_len)
+
+
+class ChainDrafts:
+    """A chain drafter's drafts as it draws them, one position per round, for ``propose``:
+    sequence ``i`` wants at most ``ks[i]``."""
+
+    def __init__(self, seqs: list[Sequence], ks: list[int]) -> None:
+        self.seqs, self.ks = seqs, ks
+        self.tokens: list[list[int]] = [[] for _ in seqs]
+        self.probs: list[list[torch.Tensor]] = [[] for _ in seqs]
+
+    def positions(self, live: list[int]) -> list[int]:
+        """The output position of each live sequence's next draft (what keys a seeded draw)."""
+        return [self.seqs[i].position(len(self.seqs[i].token_ids) + len(self.tokens[i])) for i in live]
+
+    def add(self, i: int, token: int, q: torch.Tensor | None) -> bool:
+        """Sequence ``i``'s next draft and the probabilities it was drawn from (None: greedy);
+        whether it wants another."""
+        self.tokens[i].append(token)
+        if q is not None:
+            self.probs[i].append(q)
+        return len(self.tokens[i]) < self.ks[i]
+
+    def proposal(self) -> Proposal:
+        return Proposal(self.tokens, [torch.stack(p) if p else None for p in self.probs])
+
 
 class Drafter(ABC):
     """A source of draft tokens for a batch of sequences."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 
 from worker.engine.sequence import Sequence
-from worker.engine.spec.drafter import CatchUp, Proposal, Scores
+from worker.engine.spec.drafter import CatchUp, ChainDrafts, Proposal, Scores
 from worker.engine.spec.feature_model import FeatureModel, FeatureRunner
 from worker.engine.spec.model_drafter import ModelDrafter, _draws, _Job
 
@@ -131,15 +131,12 @@ class FeatureDrafter(ModelDrafter):
             n = self._entries(seq, len(seq.token_ids) - 3)
             if n:
                 jobs.append(self._job(seq, n, 0))
-                out.batch_size += 1
-                out.tokens = max(out.tokens, n)
-                out.input_len = max(out.input_len, len(seq.token_ids))
+                out.add(n, len(seq.token_ids))
         self._run_jobs(jobs)
         return out
 
     def propose(self, seqs: list[Sequence], ks: list[int]) -> Proposal:
-        tokens: list[list[int]] = [[] for _ in seqs]
-        probs: list[list[torch.Tensor]] = [[] for _ in seqs]
+        drafts = ChainDrafts(seqs, ks)
         live, jobs = [], []
         for i, (seq, k) in enumerate(zip(seqs, ks, strict=True)):
             n = self._entries(seq, len(seq.token_ids) - 2) if k > 0 else 0
@@ -152,21 +149,18 @@ class FeatureDrafter(ModelDrafter):
             if not ok:
                 break
             k_dim = self.num_draft_tokens
-            positions = [seqs[i].position(len(seqs[i].token_ids) + len(tokens[i])) for i, _ in ok]
+            idx = [i for i, _ in ok]
             picked, q = self._pick_rows(
-                [seqs[i] for i, _ in ok], torch.cat([r[:, :k_dim] for _, r in ok]), positions
+                [seqs[i] for i in idx], torch.cat([r[:, :k_dim] for _, r in ok]), drafts.positions(idx)
             )
             live, jobs = [], []
             for (i, r), tok, qi in zip(ok, picked, q, strict=True):
-                tokens[i].append(tok)
-                if qi is not None:
-                    probs[i].append(qi)
-                if len(tokens[i]) < ks[i]:
+                if drafts.add(i, tok, qi):
                     live.append(i)
                     sid = seqs[i].request_id
                     jobs.append(_DraftJob(sid, self.computed[sid], r[:, k_dim:], tok))
             rows = self._run_jobs(jobs) if jobs else []
-        return Proposal(tokens, [torch.stack(p) if p else None for p in probs])
+        return drafts.proposal()
 
     def rollback(self, seq_id: str, num_tokens: int) -> None:
         """Only the first ``num_tokens`` tokens stand: entries need ``x_{p+1}`` among them, and

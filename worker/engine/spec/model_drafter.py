@@ -27,7 +27,7 @@ from worker.engine.kv_cache import bytes_per_block
 from worker.engine.model_runner import ForwardItem, ModelRunner
 from worker.engine.sampler import draw, filtered_probs
 from worker.engine.sequence import Sequence
-from worker.engine.spec.drafter import CatchUp, Drafter, Proposal, Scores
+from worker.engine.spec.drafter import CatchUp, ChainDrafts, Drafter, Proposal, Scores
 
 
 @dataclass
@@ -63,15 +63,12 @@ class ModelDrafter(Drafter):
             c, target = self._start(seq, len(seq.token_ids) - 1), len(seq.token_ids) - 1
             if c < target:
                 jobs.append(_Job(seq.request_id, seq.token_ids[c:target], c, 0))
-                out.batch_size += 1
-                out.tokens = max(out.tokens, target - c)
-                out.input_len = max(out.input_len, len(seq.token_ids))
+                out.add(target - c, len(seq.token_ids))
         self._feed(jobs)
         return out
 
     def propose(self, seqs: list[Sequence], ks: list[int]) -> Proposal:
-        tokens: list[list[int]] = [[] for _ in seqs]
-        probs: list[list[torch.Tensor]] = [[] for _ in seqs]
+        drafts = ChainDrafts(seqs, ks)
         live = [i for i, k in enumerate(ks) if k > 0]
         feeds = {}
         for i in live:
@@ -82,17 +79,16 @@ class ModelDrafter(Drafter):
             ok = [(i, r) for i, r in zip(live, rows, strict=True) if r is not None]
             if not ok:
                 break
-            positions = [seqs[i].position(len(seqs[i].token_ids) + len(tokens[i])) for i, _ in ok]
-            picked, q = self._pick([seqs[i] for i, _ in ok], torch.cat([r for _, r in ok]), positions)
+            idx = [i for i, _ in ok]
+            picked, q = self._pick(
+                [seqs[i] for i in idx], torch.cat([r for _, r in ok]), drafts.positions(idx)
+            )
             live = []
-            for (i, _), tok, qi in zip(ok, picked, q, strict=True):
-                tokens[i].append(tok)
-                if qi is not None:
-                    probs[i].append(qi)
-                if len(tokens[i]) < ks[i]:
+            for i, tok, qi in zip(idx, picked, q, strict=True):
+                if drafts.add(i, tok, qi):
                     live.append(i)
                     feeds[i] = ([tok], self.computed[seqs[i].request_id])
-        return Proposal(tokens, [torch.stack(p) if p else None for p in probs])
+        return drafts.proposal()
 
     def rollback(self, seq_id: str, num_tokens: int) -> None:
         if self.computed.get(seq_id, 0) > num_tokens:
