@@ -3,13 +3,13 @@
 Concurrency (one anyio task group): the engine loop runs ``engine.step()`` in a worker
 thread and hands each step's output to the outbox (worker/outbox.py), whose writer lands it
 in Redis while the next step already runs; the intake loop takes orphans of dead workers
-first, then new jobs, when a slot is free; other loops follow cancellations and decisions,
-renew the leases of running jobs, and heartbeat. A job is acknowledged only with its result,
-in one fenced script, so a crash anywhere means redelivery, never a lost job; a worker that
-lost a job (paused past ``--claim-idle``) writes nothing more for it. Every loop outlives a
-Redis outage; ``request_stop`` ends a start at once and drains a serving worker: no new
-jobs, running ones finish within ``drain_timeout_s`` or are handed back to the other workers
-(worker/lifecycle.py).
+first, then new jobs, when a slot is free; other loops follow cancellations
+(worker/cancels.py) and decisions, renew the leases of running jobs, and heartbeat. A job is
+acknowledged only with its result, in one fenced script, so a crash anywhere means
+redelivery, never a lost job; a worker that lost a job (paused past ``--claim-idle``) writes
+nothing more for it. Every loop outlives a Redis outage; ``request_stop`` ends a start at
+once and drains a serving worker: no new jobs, running ones finish within
+``drain_timeout_s`` or are handed back to the other workers (worker/lifecycle.py).
 """
 
 from __future__ import annotations
@@ -24,13 +24,12 @@ import anyio
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from shared import codec, keys
 from shared.connection import connect
 from shared.loops import Signal, every, keep_running, retry_redis, wait_for_redis
-from shared.schemas import CancelRequest
 from shared.settings import RuntimeSettings
-from shared.streams import Entry, entries, last_id
+from shared.streams import Entry
 from worker.admission import Admission
+from worker.cancels import CancelFollower
 from worker.cost_profile import CostProfiler
 from worker.decisions import DecisionFollower
 from worker.engine.api import Engine, RequestOutput, StepResult, StepStats
@@ -80,6 +79,7 @@ class WorkerService:
             self.r, s.worker_id, s.claim_idle_s, model=self.model_name, autoclaim_s=s.autoclaim_s
         )
         self.leases = Leases(self.r, s.worker_id, s.result_ttl_s, model=self.model_name)
+        self.cancels = CancelFollower(self.r, self.model_name, self.running, self.engine, s.block_ms)
         self.decisions = DecisionFollower(self.r, self.engine, s.worker_id, s.decision_check_s, s.block_ms)
         self.telemetry = TelemetryPublisher(self.r, s.worker_id, s.lag_refresh_s, model=self.model_name)
         self.outbox = Outbox(
@@ -110,7 +110,6 @@ class WorkerService:
         self.metrics = WorkerMetrics(self.model_name, s.worker_id, self.max_model_len)
         self.jobs_ended = 0
         self.jobs_lost = 0  # jobs another worker took over while this one held them
-        self._cancel_cursor: str | None = None
         self._work = Signal()  # the engine got something to do
         self._stop = anyio.Event()
         self._draining = False
@@ -167,7 +166,7 @@ class WorkerService:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._engine_loop)
                 tg.start_soon(self.outbox.run)
-                tg.start_soon(keep_running, "cancellations", self._follow_cancels)
+                tg.start_soon(keep_running, "cancellations", self.cancels.follow)
                 tg.start_soon(self.decisions.run)
                 tg.start_soon(every, self.settings.renew_s, self._renew, "lease renewal")
                 tg.start_soon(every, self.settings.heartbeat_s, self._heartbeat, "heartbeat")
@@ -299,7 +298,7 @@ class WorkerService:
                     worker_id=s.worker_id, timeout_s=s.drain_timeout_s,
                     claim_idle_s=s.claim_idle_s)  # fmt: skip
 
-    # -- leases, presence, cancellations --------------------------------------------------
+    # -- leases and presence --------------------------------------------------------------
     async def _renew(self) -> None:
         for job_id in await self.leases.renew(self.running.held()):
             self._lose(job_id)
@@ -325,28 +324,6 @@ class WorkerService:
         )
         self.health.beat_ok()
         await self.profiler.publish()  # once per measurement
-
-    async def _follow_cancels(self) -> None:
-        stream = keys.cancel_stream(self.model_name)
-        if self._cancel_cursor is None:
-            self._cancel_cursor = await last_id(self.r, stream)
-        resp = await self.r.xread({stream: self._cancel_cursor}, count=100, block=self.settings.block_ms)
-        for entry_id, fields in entries(resp):
-            self._cancel_cursor = entry_id.decode()
-            try:
-                msg = codec.from_entry(fields)
-            except codec.CodecError as exc:
-                log.error("skipping a malformed cancel entry: %s", exc)
-                continue
-            if isinstance(msg, CancelRequest) and (run := self.running.cancel(msg.job_id)) is not None:
-                rid = run.job.request_id
-                log.info(
-                    "cancelling job %s (request %s)",
-                    msg.job_id,
-                    rid,
-                    extra={"job_id": msg.job_id, "request_id": rid},
-                )
-                self.engine.abort_request(msg.job_id)
 
     # -- the engine -----------------------------------------------------------------------
     async def _engine_loop(self) -> None:

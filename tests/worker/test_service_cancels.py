@@ -73,7 +73,7 @@ async def test_a_cancel_that_comes_while_the_job_is_admitted_stops_it(
     with anyio.fail_after(60):
         async with anyio.create_task_group() as tg:
             tg.start_soon(w.run)
-            while w._cancel_cursor is None:  # the follower reads from here on
+            while w.cancels.cursor is None:  # the follower reads from here on
                 await anyio.sleep(0.01)
             await enqueue(r, JobRequest(job_id="race", prompt="x", params=params))
             while (status := await r.hget(keys.job_key(M, "race"), jobs.STATUS)) in (b"queued", b"running"):
