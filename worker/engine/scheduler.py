@@ -24,6 +24,7 @@ import bisect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from shared.errors import ErrorCode
 from shared.schemas import FinishReason
 from worker.engine.block_manager import BlockManager
 from worker.engine.sequence import Sequence, Status
@@ -212,7 +213,7 @@ class Scheduler:
             seq.finish(FinishReason.LENGTH)  # grew to the largest context this cache can hold
         else:
             seq.fail(
-                "context_length_exceeded",
+                ErrorCode.CONTEXT_LENGTH_EXCEEDED,
                 f"prompt of {seq.num_prompt} tokens does not fit: this engine serves at most "
                 f"{self.max_model_len} tokens per sequence (prompt + output)",
             )

@@ -132,7 +132,7 @@ class Sequence:
         self.status = Status.FINISHED
         self.finish_reason = reason
 
-    def fail(self, code: ErrorCode | str, message: str) -> None:
+    def fail(self, code: ErrorCode, message: str) -> None:
         """Finish with reason "error": ``code`` says whose fault (shared/errors.py)."""
         self.finish(FinishReason.ERROR)
         self.error_code, self.error = ErrorCode(code), message
