@@ -171,6 +171,11 @@ class DecodeLayers:
         self.dims = dims
         self._tensors: list[object] = []  # every weight handed to C, kept alive
         self._layers = (_Layer * len(layers))()
+        d = dims
+        shapes = {  # what the C code reads each matrix as: [N, K]
+            "qkv": ((d.heads + 2 * d.kv_heads) * d.head_dim, d.hidden), "o": (d.hidden, d.heads * d.head_dim),
+            "gate_up": (2 * d.intermediate, d.hidden), "down": (d.hidden, d.intermediate),
+        }  # fmt: skip
         blocks = 0
         for i, layer in enumerate(layers):
             for name in LAYER_FIELDS:
@@ -190,6 +195,8 @@ class DecodeLayers:
                     setattr(self._layers[i], name, _Matrix(ptr, None, 0, 0) if name in MATRICES else ptr)
                 else:
                     raise ValueError(f"layer {i}'s {name}: not a contiguous fp32 CPU tensor, nor GGUF blocks")
+                if name in shapes and tuple(t.shape) != shapes[name]:
+                    raise ValueError(f"layer {i}'s {name} is {tuple(t.shape)}, not {shapes[name]}")
                 self._tensors.append(t)
         self.num_layers = len(layers)
         # Every matrix is blocks: the products are batch-invariant for any row count, so the

@@ -208,3 +208,18 @@ def test_gguf_models_take_the_fused_path_for_any_rows_with_the_same_bits(qtype: 
         cpu_decode.set_enabled(True)
     assert len(calls) == n + 1  # op by op
     assert float((chunk - ref).abs().max() / ref.abs().max()) <= 2e-5
+
+
+def test_a_matrix_of_another_shape_or_type_is_refused() -> None:
+    """The C code reads a matrix as the dimensions say: a block matrix of another shape, or a
+    weight it cannot read, is refused when the layers are bound."""
+    model = make_runner(**VARIANTS["llama_gqa"], qtype=Q4_1).model
+    fused = model.fused_layers()
+    assert fused is not None
+    layers = [dict(vars(layer)) for layer in model.layers]
+    layers[1]["o"] = model.layers[1].down  # [64, 96] where o is [64, 64]
+    with pytest.raises(ValueError, match="not"):
+        cpu_decode.DecodeLayers(fused.dims, layers)
+    layers[1]["o"] = torch.zeros(64, 64, dtype=torch.float64)
+    with pytest.raises(ValueError, match="GGUF blocks"):
+        cpu_decode.DecodeLayers(fused.dims, layers)
