@@ -1,6 +1,7 @@
 /* Every decoder layer of a Llama-family model over a few rows, in one call: the decode path
  * of the fp32 CPU engine (decode rows, speculative verifications, short prompt chunks: up to
- * cpu_decode.py's max_rows()). Built with
+ * cpu_decode.py's max_rows(); every forward of a model whose matrices are all GGUF blocks,
+ * whatever its row count: see "Weights" below). Built with
  * skinny_linear.c into one library by nj_kernels/cpu_linear.py; called by cpu_decode.py.
  *
  * Why: at batch 1 a forward of SmolLM2-135M reads 538 MB of weights, 28-30 ms at the best
@@ -21,20 +22,41 @@
  * Arithmetic: fp32 throughout, as transformers (RMSNorm x * 1/sqrt(mean(x^2) + eps) * w,
  * rotary x*cos - rotate_half(x)*sin, softmax(q.k * scale) v, silu(g) * u); the order of sums
  * differs from torch's, so results agree to rounding, not bit for bit.
+ *
+ * Weights: a matrix is plain row-major fp32 (skinny_linear) or GGUF blocks (Q4_1, Q8_0, ... as
+ * the file stores them), multiplied by quant_linear.c's own quant_linear through its address
+ * (quant_linear.h): the same compiled code the op-by-op path calls, batch-invariant for every
+ * row count, so a model whose matrices are all blocks may run any number of rows here.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant_linear.h"
 #include "simd.h"
 
 void skinny_linear(const float* x, const float* w, const float* bias, float* y, int M, int N, int K);
 
-/* One layer's weights (NULL where the model has none); field order = cpu_decode.py's. The
- * products read plain row-major fp32 [N, K] matrices: another weight format would dispatch in
- * layer_linear. */
+/* A weight matrix [N, K]: plain row-major fp32 floats (fn NULL: skinny_linear), or N rows of
+ * row_bytes bytes of GGUF blocks of GGML type `type`, multiplied by fn (quant_linear.c's
+ * quant_linear, from the library the weight's Python object binds). Field order = cpu_decode.py's. */
 typedef struct {
-    const float *input_norm, *qkv, *qkv_bias, *qk_norm, *o, *o_bias, *post_norm;
-    const float *gate_up, *gate_up_bias, *down, *down_bias;
+    const void* w;
+    nj_quant_linear_t* fn;
+    int64_t type, row_bytes;
+} nj_matrix;
+
+/* One layer's weights (NULL where the model has none; the four matrices are required);
+ * field order = cpu_decode.py's. */
+typedef struct {
+    const float *input_norm;
+    nj_matrix qkv;
+    const float *qkv_bias, *qk_norm;
+    nj_matrix o;
+    const float *o_bias, *post_norm;
+    nj_matrix gate_up;
+    const float *gate_up_bias;
+    nj_matrix down;
+    const float *down_bias;
 } nj_layer;
 
 typedef struct {
@@ -42,6 +64,7 @@ typedef struct {
     int64_t num_blocks, block_size; /* the KV cache [layers, 2, num_blocks, block_size, kv_heads, head_dim] */
     int64_t rope_positions;         /* rows of the cos / sin tables */
     float eps, scale;
+    int32_t threads;                /* threads a GGUF product of more than a few rows may use */
 } nj_dims;
 
 /* num_seqs sequences of num_queries consecutive rows each, from row_start; sequence b's block
@@ -51,12 +74,20 @@ typedef struct {
     const int32_t* tables;
 } nj_group;
 
-enum { NJ_OK = 0, NJ_NO_MEMORY = 1, NJ_BAD_POSITION = 2, NJ_BAD_SLOT = 3, NJ_BAD_BLOCK = 4, NJ_BAD_ROWS = 5, NJ_BAD_DIMS = 6 };
+enum { NJ_OK = 0, NJ_NO_MEMORY = 1, NJ_BAD_POSITION = 2, NJ_BAD_SLOT = 3, NJ_BAD_BLOCK = 4, NJ_BAD_ROWS = 5, NJ_BAD_DIMS = 6,
+       NJ_BAD_WEIGHT = 7 };
 #define NJ_MAX_HEAD_DIM 512
 #define NJ_MAX_HEADS 1024
 
-static inline void layer_linear(const float* x, const float* w, const float* bias, float* y, int m, int n, int k) {
-    skinny_linear(x, w, bias, y, m, n, k);
+/* y[m, n] = x[m, k] @ w^T (+ bias): NJ_OK, or NJ_NO_MEMORY / NJ_BAD_WEIGHT from the block kernel. */
+static inline int layer_linear(const float* x, const nj_matrix* w, const float* bias, float* y, int m, int n, int k,
+                               int threads) {
+    if (!w->fn) {
+        skinny_linear(x, (const float*)w->w, bias, y, m, n, k);
+        return NJ_OK;
+    }
+    int rc = w->fn((int)w->type, (const uint8_t*)w->w, (size_t)w->row_bytes, x, bias, y, m, n, k, threads);
+    return rc == 0 ? NJ_OK : rc == -2 ? NJ_NO_MEMORY : NJ_BAD_WEIGHT;
 }
 
 static inline float sqrt_f(float v) { return _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(v))); }
@@ -251,7 +282,8 @@ static void attend_row(const attn_row* a, const float* q, float* out, float* s, 
 
 /* hidden [T, hidden] in place: every layer over the rows. positions, slots: [T]; cos / sin:
  * [rope_positions, head_dim / 2]; kv: the cache. Returns NJ_OK, or an NJ_* error before any
- * write when an index is out of range (nothing is computed then). */
+ * write when an index is out of range (nothing is computed then); a block product that fails
+ * (NJ_NO_MEMORY, NJ_BAD_WEIGHT) stops the layers where it happens, the cache partly written. */
 int nj_decode_layers(const nj_dims* dims, const nj_layer* layers, float* hidden, int T,
                      const int64_t* positions, const int64_t* slots, const float* cos_t, const float* sin_t,
                      const nj_group* groups, int num_groups, float* kv) {
@@ -296,12 +328,16 @@ int nj_decode_layers(const nj_dims* dims, const nj_layer* layers, float* hidden,
         return NJ_NO_MEMORY;
     }
 
+    const int threads = dims->threads > 0 ? dims->threads : 1;
+    int rc = NJ_OK;
+#define NJ_LINEAR(X, W, B, Y, N, K) \
+    if ((rc = layer_linear(X, &L->W, L->B, Y, T, N, K, threads)) != NJ_OK) goto done
     for (int l = 0; l < dims->num_layers; l++) {
         const nj_layer* L = &layers[l];
         float* kc = kv + (size_t)l * 2 * cache_rows * slot_row;
         float* vc = kc + cache_rows * slot_row;
         for (int r = 0; r < T; r++) rms_norm_row(hidden + (size_t)r * hd, L->input_norm, x + (size_t)r * hd, hd, dims->eps);
-        layer_linear(x, L->qkv, L->qkv_bias, big, T, nqkv, hd);
+        NJ_LINEAR(x, qkv, qkv_bias, big, nqkv, hd);
         for (int r = 0; r < T; r++) {
             float* qk = big + (size_t)r * nqkv;
             if (L->qk_norm)
@@ -315,14 +351,16 @@ int nj_decode_layers(const nj_dims* dims, const nj_layer* layers, float* hidden,
             attn_row a = {kc, vc, table[r], bs, (int)positions[r] + 1, D, g, KVH, slot_row, dims->scale};
             attend_row(&a, big + (size_t)r * nqkv, attn + (size_t)r * H * D, sc, H);
         }
-        layer_linear(attn, L->o, L->o_bias, x, T, hd, H * D);
+        NJ_LINEAR(attn, o, o_bias, x, hd, H * D);
         for (size_t i = 0; i < (size_t)T * hd; i++) hidden[i] = hidden[i] + x[i];
         for (int r = 0; r < T; r++) rms_norm_row(hidden + (size_t)r * hd, L->post_norm, x + (size_t)r * hd, hd, dims->eps);
-        layer_linear(x, L->gate_up, L->gate_up_bias, big, T, 2 * I, hd);
+        NJ_LINEAR(x, gate_up, gate_up_bias, big, 2 * I, hd);
         for (int r = 0; r < T; r++) silu_mul_row(big + (size_t)r * 2 * I, big + (size_t)r * 2 * I + I, attn + (size_t)r * I, I);
-        layer_linear(attn, L->down, L->down_bias, x, T, hd, I);
+        NJ_LINEAR(attn, down, down_bias, x, hd, I);
         for (size_t i = 0; i < (size_t)T * hd; i++) hidden[i] = hidden[i] + x[i];
     }
+#undef NJ_LINEAR
+done:
     free(table); free(x); free(big); free(attn); free(sc);
-    return NJ_OK;
+    return rc;
 }

@@ -14,9 +14,16 @@ attention reads), never on the other rows or their number: a verification row co
 exactly what a decode row at the same position computes. The arithmetic is fp32 and follows
 transformers; sums run in another order than torch's, so the two paths agree to rounding.
 
-Which weights it takes: plain row-major fp32 CPU tensors (``DecodeLayers.supports``); a model
-holding any other weight type runs its layers op by op, with every product through
-``cpu_linear.linear(x, weight, bias)`` — the seam where another weight format plugs in.
+Which weights it takes (``DecodeLayers.supports``): plain row-major fp32 CPU tensors, and, for
+the four matrices of a layer, GGUF blocks (``QuantWeight``: Q4_1, Q8_0, ... as the file stores
+them), multiplied by ``quant_linear.c``'s own function through its address, so each product is
+the very code (and bits) the op-by-op path runs. A model whose matrices are all blocks
+(``DecodeLayers.any_rows``) runs every forward here, whatever its row count: the block product
+is batch-invariant for every row count, so a position's logits stay the same bits whether it
+is decoded alone, verified with drafts or prefilled in a chunk of any size (a mix of this path
+and the op-by-op one would round some positions differently). A model holding another weight
+type (a ``StackedWeight`` of mixed types, a bf16 tensor) runs its layers op by op, with every
+product through ``cpu_linear.linear(x, weight, bias)``.
 
 ``NIGHTJAR_FUSED_DECODE``: ``auto`` (default: on where the kernels build), ``off``.
 """
@@ -31,7 +38,8 @@ from typing import Protocol
 
 import torch
 
-from nj_kernels import cpu_linear
+from nj_kernels import cpu_linear, quant_linear
+from nj_kernels.quant_linear import QuantWeight
 
 # Field order of nj_layer in cpu_decode.c: the weights of one layer, None where absent.
 LAYER_FIELDS = (
@@ -39,6 +47,7 @@ LAYER_FIELDS = (
     "gate_up", "gate_up_bias", "down", "down_bias",
 )  # fmt: skip
 REQUIRED = ("input_norm", "qkv", "o", "post_norm", "gate_up", "down")
+MATRICES = ("qkv", "o", "gate_up", "down")  # nj_matrix fields: fp32 tensors or GGUF blocks
 MAX_ROWS_ONE_THREAD = 64
 MAX_HEAD_DIM = 512  # NJ_MAX_HEAD_DIM
 MAX_HEADS = 1024  # NJ_MAX_HEADS
@@ -48,11 +57,23 @@ _ERRORS = {
     4: "a block id outside the cache",
     5: "rows not covered by exactly one group",
     6: "unsupported dimensions",
+    7: "a weight type the block kernel does not read",
 }
 
 
+class _Matrix(ctypes.Structure):
+    """nj_matrix: fp32 floats (fn None) or GGUF blocks of a type, multiplied by fn."""
+
+    _fields_ = [
+        ("w", ctypes.c_void_p),
+        ("fn", ctypes.c_void_p),
+        ("type", ctypes.c_int64),
+        ("row_bytes", ctypes.c_int64),
+    ]
+
+
 class _Layer(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_void_p) for name in LAYER_FIELDS]
+    _fields_ = [(name, _Matrix if name in MATRICES else ctypes.c_void_p) for name in LAYER_FIELDS]
 
 
 class _Dims(ctypes.Structure):
@@ -62,6 +83,7 @@ class _Dims(ctypes.Structure):
             "num_blocks", "block_size", "rope_positions")],
         ("eps", ctypes.c_float),
         ("scale", ctypes.c_float),
+        ("threads", ctypes.c_int32),
     ]  # fmt: skip
 
 
@@ -140,15 +162,21 @@ class DecodeLayers:
     the pointers it hands to C stay valid whatever happens to the model's attributes; a model
     whose weights move builds a new one."""
 
-    def __init__(self, dims: Dims, layers: Sequence[Mapping[str, torch.Tensor | None]]) -> None:
+    def __init__(self, dims: Dims, layers: Sequence[Mapping[str, object]]) -> None:
         if (
             not layers or dims.head_dim > MAX_HEAD_DIM or dims.head_dim % 2
             or dims.heads % dims.kv_heads or dims.heads > MAX_HEADS
         ):  # fmt: skip
             raise ValueError(f"the fused decode path does not take these dimensions: {dims}")
         self.dims = dims
-        self._tensors: list[torch.Tensor] = []
+        self._tensors: list[object] = []  # every weight handed to C, kept alive
         self._layers = (_Layer * len(layers))()
+        d = dims
+        shapes = {  # what the C code reads each matrix as: [N, K]
+            "qkv": ((d.heads + 2 * d.kv_heads) * d.head_dim, d.hidden), "o": (d.hidden, d.heads * d.head_dim),
+            "gate_up": (2 * d.intermediate, d.hidden), "down": (d.hidden, d.intermediate),
+        }  # fmt: skip
+        blocks = 0
         for i, layer in enumerate(layers):
             for name in LAYER_FIELDS:
                 t = layer.get(name)
@@ -156,15 +184,31 @@ class DecodeLayers:
                     if name in REQUIRED:
                         raise ValueError(f"layer {i} has no {name}")
                     continue
-                if not self.supports(t):
-                    raise ValueError(f"layer {i}'s {name} is not a contiguous fp32 CPU tensor")
+                if isinstance(t, QuantWeight) and name in MATRICES and self.supports(t):
+                    lib = t.lib or quant_linear.library()
+                    assert lib is not None  # supports(t)
+                    fn = ctypes.cast(lib.quant_linear, ctypes.c_void_p).value
+                    setattr(self._layers[i], name, _Matrix(t.data.data_ptr(), fn, t.qtype, t.data.shape[1]))
+                    blocks += 1
+                elif isinstance(t, torch.Tensor) and self.supports(t):
+                    ptr = t.data_ptr()
+                    setattr(self._layers[i], name, _Matrix(ptr, None, 0, 0) if name in MATRICES else ptr)
+                else:
+                    raise ValueError(f"layer {i}'s {name}: not a contiguous fp32 CPU tensor, nor GGUF blocks")
+                if name in shapes and tuple(t.shape) != shapes[name]:
+                    raise ValueError(f"layer {i}'s {name} is {tuple(t.shape)}, not {shapes[name]}")
                 self._tensors.append(t)
-                setattr(self._layers[i], name, t.data_ptr())
         self.num_layers = len(layers)
+        # Every matrix is blocks: the products are batch-invariant for any row count, so the
+        # model runs all its forwards here (see the module's docstring).
+        self.any_rows = blocks == len(MATRICES) * len(layers)
 
     @staticmethod
     def supports(weight: object) -> bool:
-        """Whether the fused path can read this weight: a plain contiguous fp32 CPU tensor."""
+        """Whether the fused path can read this weight: a plain contiguous fp32 CPU tensor, or
+        (as a layer's matrix) GGUF blocks whose block kernel is built here."""
+        if isinstance(weight, QuantWeight):
+            return weight.lib is not None or quant_linear.available()
         return (
             type(weight) is torch.Tensor
             and weight.dtype == torch.float32
@@ -207,7 +251,8 @@ class DecodeLayers:
         for i, (g, tb) in enumerate(zip(groups, tables, strict=True)):
             cg[i] = _Group(g.row_start, g.num_seqs, g.num_queries, tb.shape[1], tb.data_ptr())
         dims = _Dims(self.num_layers, d.hidden, d.heads, d.kv_heads, d.head_dim, d.intermediate,
-                     kv.shape[2], kv.shape[3], cos.shape[0], d.eps, d.scale)  # fmt: skip
+                     kv.shape[2], kv.shape[3], cos.shape[0], d.eps, d.scale,
+                     torch.get_num_threads())  # fmt: skip
         rc = lib.nj_decode_layers(
             ctypes.byref(dims), self._layers, out.data_ptr(), t, positions.data_ptr(), slots.data_ptr(),
             cos.data_ptr(), sin.data_ptr(), cg, len(groups), kv.data_ptr(),

@@ -38,9 +38,9 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("skinny_linear.c")
 # Compiled together into one library: the skinny product, the fused decode layers that call it
-# (cpu_decode.c, used by cpu_decode.py), and the vector helpers both include.
+# (cpu_decode.c, used by cpu_decode.py), and the headers they include.
 SOURCES = [SOURCE, SOURCE.with_name("cpu_decode.c")]
-HEADERS = [SOURCE.with_name("simd.h")]
+HEADERS = [SOURCE.with_name("simd.h"), SOURCE.with_name("quant_linear.h")]
 FLAGS = ["-O3", "-march=native", "-shared", "-fPIC"]
 # Up to this many rows the kernel beats the BLAS here: SmolLM2's layer products with cold
 # weights (2026-12-03), one torch thread, 24 rows: kernel 0.9x the BLAS's time; with two threads

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 
 #include "gguf_blocks.h"
+#include "quant_linear.h"
 
 #if defined(__AVX512F__)
 #define NB 4   /* weight rows per block (few rows and the tile path) */

@@ -105,6 +105,12 @@ def available() -> bool:
     return _load() is not None
 
 
+def library() -> ctypes.CDLL | None:
+    """The default compiled kernel (built on first use), or None where it cannot be built: the
+    fused decode path calls its ``quant_linear`` by address (``quant_linear.h``)."""
+    return _load()
+
+
 def vector_width() -> int:
     """Lanes of the built kernel's vectors: 16 (AVX-512) or 8 (AVX2); 0 when unavailable."""
     lib = _load()

@@ -1,12 +1,16 @@
 """Random Llama-family models of chosen dimensions for the CPU kernel tests (imported as a
-plain module): every variant the fused decode path takes, and a state dict back from a runner."""
+plain module): every variant the fused decode path takes, in fp32 or with its matrices as GGUF
+blocks, and a state dict back from a runner."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import gguf
+import numpy as np
 import torch
 
+from nj_kernels.quant_linear import QuantWeight
 from worker.engine.model_config import ModelConfig
 from worker.engine.model_runner import ModelRunner
 
@@ -25,8 +29,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 
 def make_runner(hidden: int, heads: int, kv_heads: int, head_dim: int, inter: int,
-                bias: bool = False, qk_norm: bool = False, layers: int = 2) -> ModelRunner:  # fmt: skip
-    """A random model of these dimensions, weights scaled so activations stay near 1."""
+                bias: bool = False, qk_norm: bool = False, layers: int = 2,
+                qtype: int | None = None) -> ModelRunner:  # fmt: skip
+    """A random model of these dimensions, weights scaled so activations stay near 1; with a
+    GGML ``qtype`` (e.g. 3: Q4_1), its matrices (the tied embedding too, as a file holds it)
+    quantised to GGUF blocks of that type by ``gguf.quants`` (widths: whole blocks of 32)."""
     config = ModelConfig(
         model_type="qwen3" if qk_norm else "qwen2" if bias else "llama", vocab_size=VOCAB, hidden_size=hidden,
         intermediate_size=inter, num_layers=layers, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
@@ -41,7 +48,7 @@ def make_runner(hidden: int, heads: int, kv_heads: int, head_dim: int, inter: in
     def norm(n: int) -> torch.Tensor:
         return 1 + 0.2 * torch.randn(n, generator=g)
 
-    state = {
+    state: dict[str, torch.Tensor | QuantWeight] = {
         "model.embed_tokens.weight": torch.randn(VOCAB, hidden, generator=g),
         "model.norm.weight": norm(hidden),
     }
@@ -64,6 +71,11 @@ def make_runner(hidden: int, heads: int, kv_heads: int, head_dim: int, inter: in
         if qk_norm:
             state[p + "self_attn.q_norm.weight"] = norm(head_dim)
             state[p + "self_attn.k_norm.weight"] = norm(head_dim)
+    if qtype is not None:
+        for name, w in list(state.items()):
+            if isinstance(w, torch.Tensor) and w.dim() == 2:  # the (tied) embedding too, as a file holds it
+                raw = gguf.quants.quantize(w.numpy(), gguf.GGMLQuantizationType(qtype))
+                state[name] = QuantWeight.from_numpy(qtype, (w.shape[0], w.shape[1]), np.asarray(raw))
     return ModelRunner(config, state, BS, torch.device("cpu"), torch.float32, num_blocks=48)
 
 

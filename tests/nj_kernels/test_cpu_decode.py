@@ -146,3 +146,80 @@ def test_dispatch_few_fp32_cpu_rows_take_the_fused_path(fused_off: None) -> None
     double = ModelRunner(runner.config, {k: v.double() for k, v in state_of(runner).items()}, BS,
                          torch.device("cpu"), torch.float64, num_blocks=8)  # fmt: skip
     assert double.model.fused_layers() is None
+
+
+GGUF_VARIANTS = ["llama_gqa", "qwen2_biases", "qwen3_qk_norm", "gqa5_64"]  # widths whole blocks of 32
+Q4_1, Q8_0 = 3, 8  # GGML type ids
+
+
+@pytest.mark.parametrize("qtype", [Q4_1, Q8_0], ids=["Q4_1", "Q8_0"])
+@pytest.mark.parametrize("variant", GGUF_VARIANTS)
+def test_gguf_layers_match_the_op_by_op_path(variant: str, qtype: int) -> None:
+    """Matrices as GGUF blocks: the fused path multiplies them with the block kernel's own
+    function, so only the norms, rotary, attention and SiLU round differently from torch's."""
+    runner = make_runner(**VARIANTS[variant], qtype=qtype)
+    fused_layers = runner.model.fused_layers()
+    assert fused_layers is not None and fused_layers.any_rows
+    a, b, ta, tb = prefilled(runner)
+    snapshot = runner.cache.kv.clone()
+    fused, _ = runner.run(step_items(a, b, ta, tb))
+    fused_kv = runner.cache.kv.clone()
+    runner.cache.kv.copy_(snapshot)
+    cpu_decode.set_enabled(False)
+    try:
+        ref, _ = runner.run(step_items(a, b, ta, tb))
+    finally:
+        cpu_decode.set_enabled(True)
+    assert float((fused - ref).abs().max() / ref.abs().max()) <= 2e-5
+    assert torch.equal(fused.argmax(-1), ref.argmax(-1))
+    torch.testing.assert_close(fused_kv, runner.cache.kv, rtol=1e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("qtype", [Q4_1, Q8_0], ids=["Q4_1", "Q8_0"])
+def test_gguf_models_take_the_fused_path_for_any_rows_with_the_same_bits(qtype: int) -> None:
+    """A 70-row prompt chunk (more than max_rows) runs fused too, and gives each position the
+    logits and cache entries its one-row decode step gives, bit for bit; with the fused path
+    off every forward runs op by op."""
+    runner = make_runner(**VARIANTS["llama_gqa"], qtype=qtype)
+    fused = runner.model.fused_layers()
+    assert fused is not None and fused.any_rows
+    calls: list[int] = []
+    real = fused.run
+
+    def counting(hidden: torch.Tensor, *args: Any) -> torch.Tensor:
+        calls.append(hidden.shape[0])
+        return real(hidden, *args)
+
+    fused.run = counting  # type: ignore[method-assign]
+    n = 70
+    assert n > cpu_decode.max_rows()
+    tokens = torch.randint(0, VOCAB, (n,), generator=torch.Generator().manual_seed(5)).tolist()
+    table = list(range(n // BS + 1))
+    chunk, _ = runner.run([ForwardItem(tokens, 0, table, n)])
+    chunk_kv = runner.cache.kv.clone()
+    runner.cache.kv.zero_()
+    alone = torch.stack([runner.run([ForwardItem([tokens[p]], p, table, 1)])[0][0] for p in range(n)])
+    assert calls == [n] + [1] * n
+    assert torch.equal(chunk, alone) and torch.equal(chunk_kv, runner.cache.kv)
+    cpu_decode.set_enabled(False)
+    try:
+        ref, _ = runner.run([ForwardItem(tokens, 0, table, n)])
+    finally:
+        cpu_decode.set_enabled(True)
+    assert len(calls) == n + 1  # op by op
+    assert float((chunk - ref).abs().max() / ref.abs().max()) <= 2e-5
+
+
+def test_a_matrix_of_another_shape_or_type_is_refused() -> None:
+    """The C code reads a matrix as the dimensions say: a block matrix of another shape, or a
+    weight it cannot read, is refused when the layers are bound."""
+    model = make_runner(**VARIANTS["llama_gqa"], qtype=Q4_1).model
+    fused = model.fused_layers()
+    assert fused is not None
+    layers = [dict(vars(layer)) for layer in model.layers]
+    layers[1]["o"] = model.layers[1].down  # [64, 96] where o is [64, 64]
+    with pytest.raises(ValueError, match="not"):
+        cpu_decode.DecodeLayers(fused.dims, layers)
+    layers[1]["o"] = torch.zeros(64, 64, dtype=torch.float64)
+    with pytest.raises(ValueError, match="GGUF blocks"):
+        cpu_decode.DecodeLayers(fused.dims, layers)

@@ -11,8 +11,9 @@ itself, so its output does not depend on the rows around it. Otherwise the CPU p
 gathers whole pages with one ``index_select`` over the layer's joint key/value tensor (pages
 are contiguous, so this copies large runs instead of single rows) and runs SDPA with the
 query heads of each KV head stacked as rows, which avoids expanding keys and values. A
-forward of few fp32 CPU rows runs neither: the fused decode path (``nj_kernels/cpu_decode.py``)
-reads each row's pages in place through its group's block tables.
+forward of few fp32 CPU rows (any forward of a model of GGUF blocks) runs neither: the fused
+decode path (``nj_kernels/cpu_decode.py``) reads each row's pages in place through its group's
+block tables.
 """
 
 from __future__ import annotations

@@ -6,12 +6,14 @@ matrix each); attention runs per ``AttentionGroup``. The arithmetic mirrors tran
 
 Two paths run the layers: op by op in torch (any device, dtype and row count), and, for few
 fp32 CPU rows (decode rows, verifications), all layers in one C call
-(``nj_kernels/cpu_decode.py``), which computes the same thing without torch's per-op cost.
+(``nj_kernels/cpu_decode.py``), which computes the same thing without torch's per-op cost; a
+model whose matrices are all GGUF blocks runs every forward there, whatever its row count (its
+row invariance then holds across all forwards, see ``cpu_decode``).
 
 A weight matrix is a tensor, or (a GGUF checkpoint served as it is stored, ``gguf_weights``)
 a ``QuantWeight`` that computes its own product and embedding rows: ``linear`` and
 ``embedding`` of ``nj_kernels.cpu_linear`` take either, so the op-by-op path does not tell them
-apart (the fused C path reads fp32 tensors only, so a GGUF model runs op by op).
+apart; the fused C path reads both (a ``StackedWeight`` of mixed types runs op by op).
 """
 
 from __future__ import annotations
@@ -167,7 +169,8 @@ class DecoderModel:
 
     def fused_layers(self) -> cpu_decode.DecodeLayers | None:
         """The layers bound for the fused C path, or None where it does not apply (not a CPU
-        fp32 model, a weight it cannot read, no compiler)."""
+        fp32 model, a weight it cannot read, no compiler). Its ``any_rows``: every matrix is
+        GGUF blocks, so every forward of the model takes it (``run_layers``)."""
         if not self._fused_checked:
             self._fused_checked = True
             self._fused = None
@@ -222,9 +225,11 @@ class DecoderModel:
         groups: list[AttentionGroup],
     ) -> torch.Tensor:
         """Every decoder layer over the rows (writing their keys and values); the last layer's
-        output, before the final norm. Few fp32 CPU rows take the fused C path."""
-        fused = self.fused_layers() if hidden.shape[0] <= cpu_decode.max_rows() else None
-        if fused is not None and positions.numel():
+        output, before the final norm. Few fp32 CPU rows take the fused C path; a model of GGUF
+        blocks takes it for any number of rows (``cpu_decode``: one path, one rounding)."""
+        limit = cpu_decode.max_rows()
+        fused = self.fused_layers() if limit else None
+        if fused is not None and (hidden.shape[0] <= limit or fused.any_rows) and positions.numel():
             cos, sin = self.rotary.table(int(positions.max()) + 1)
             return fused.run(hidden, positions, slots, kv, groups, cos, sin)
         cfg = self.config
