@@ -38,6 +38,7 @@ class DecisionPublisher:
             or sorted(d.skip_drafters) != sorted(choice.skip_drafters)
             or d.offload != choice.offload
             or d.hold_steps != choice.hold_steps
+            or d.hold_by_drafter != choice.hold_by_drafter
             or _rule_moved(d, choice)
             or d.desired_workers != self.desired_workers
         )
@@ -65,6 +66,7 @@ class DecisionPublisher:
             acceptance={k: round(float(v), 4) for k, v in choice.acceptance.items()},
             acceptance_hi={k: round(float(v), 4) for k, v in choice.acceptance_hi.items()},
             hold_steps=choice.hold_steps,
+            hold_by_drafter=dict(choice.hold_by_drafter),
             desired_workers=dict(self.desired_workers),
             valid_for_s=self.valid_for_s,
             note=note,

@@ -293,8 +293,10 @@ def profile_engine(
         first = min(settings.reps, LONG_REPS)
         _rounds(run, sizes, first, done, "", t0)
         per_round = (time.perf_counter() - t0) / first
-        if settings.long_prompt_len > settings.prompt_len and done and (
-            time.perf_counter() + LONG_COST * per_round < run.deadline
+        if (
+            settings.long_prompt_len > settings.prompt_len
+            and done
+            and (time.perf_counter() + LONG_COST * per_round < run.deadline)
         ):
             # The target again at a longer context (the first drafter only, for the rows),
             # before the last rounds of the short one: a slow model spends its budget on both.

@@ -39,6 +39,7 @@ class Choice:
     acceptance: dict[str, float] = field(default_factory=dict)
     acceptance_hi: dict[str, float] = field(default_factory=dict)
     hold_steps: int = 1
+    hold_by_drafter: dict[str, int] = field(default_factory=dict)
     offload: bool = False
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)

@@ -17,10 +17,12 @@ to explore for:
   step, once ``MIN_RUNS`` are in), its mean the prior a new sequence starts from, mean + ``z`` standard
   deviations the highest a sequence could plausibly have — where no drafter pays even there,
   the workers do no speculative work at all (γ = 0 costs what static γ = 0 costs);
-- **hold_steps** K: a sequence keeps its (drafter, γ) for K steps unless its batch-size class
-  changes. K amortises a switch as the Nightjar paper's loss does (ℓ + C_switch/γ): the
-  smallest K with C_switch ≤ ``switch_share`` · K plain steps at batch 1, C_switch the largest
-  profiled catch-up of ``switch_tokens`` tokens, within [``hold_min``, ``hold_max``].
+- **hold_by_drafter** K: a sequence keeps its (drafter, γ) for K steps unless its batch-size
+  class changes. K amortises a switch as the Nightjar paper's loss does (ℓ + C_switch/γ): per
+  drafter, the smallest K with C_switch ≤ ``switch_share`` · K plain steps at batch 1, C_switch
+  that drafter's profiled catch-up of ``switch_tokens`` tokens (n-gram: none), within
+  [``hold_min``, ``hold_max``]; ``hold_steps`` is the largest, for plain decoding and older
+  workers.
 
 No exploration: the profile is the prior for every cost, acceptance is what is learned, and it
 is learned from the prompts every drafter scores teacher-forced and from the steps that
@@ -206,14 +208,24 @@ class NightjarPolicy(Policy):
         return mean, hi
 
     def hold_steps(self) -> int:
+        """K for a pair of any drafter (and plain decoding): the dearest switch's."""
+        return max(self.hold_by_drafter().values(), default=self.p["hold_min"])
+
+    def hold_by_drafter(self) -> dict[str, int]:
+        """K per drafter: the smallest with its catch-up of ``switch_tokens`` tokens ≤
+        ``switch_share`` · K plain steps at batch 1, within [``hold_min``, ``hold_max``]; a
+        drafter that catches up on nothing (n-gram) holds ``hold_min``."""
         p, lo, hi = self.profile, self.p["hold_min"], self.p["hold_max"]
         if p is None:
-            return lo
-        costs = [p.catch_up(1, self.p["switch_tokens"], d) for d in self.drafters()]
-        switch = max((c for c in costs if c is not None), default=0.0)
+            return {}
         plain = p.target(1, 1, self.context)
-        k = math.ceil(switch / (self.p["switch_share"] * plain)) if plain > 0 else lo
-        return max(lo, min(hi, k))
+        out = {}
+        for d in self.drafters():
+            measured = d in p.catch_up_s  # not measured: nothing to catch up
+            switch = (p.catch_up(1, self.p["switch_tokens"], d) or 0.0) if measured else 0.0
+            k = math.ceil(switch / (self.p["switch_share"] * plain)) if plain > 0 else lo
+            out[d] = max(lo, min(hi, k))
+        return out
 
     def decide(self, now: float) -> Choice:
         offload = self.offload.decide() if self.offload is not None else False
@@ -234,6 +246,7 @@ class NightjarPolicy(Policy):
             acceptance=mean,
             acceptance_hi=hi,
             hold_steps=self.hold_steps(),
+            hold_by_drafter=self.hold_by_drafter(),
             offload=offload,
             note="nightjar cost rule γ=" + ",".join(str(g) for _, g in table),
         )

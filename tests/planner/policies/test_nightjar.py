@@ -8,6 +8,8 @@ and the published description (γ per bucket) speculates at low load only.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from planner.policies import registry
@@ -177,3 +179,16 @@ def test_ngrams_acceptance_comes_from_its_lookahead_at_every_step() -> None:
         pol.observe(_step(1, 0.05, counterfactual={"ngram": 0.0}, lookahead={"ngram": runs}))
     mean, _ = pol.priors()
     assert mean["ngram"] == pytest.approx(4 / 5, abs=0.02)  # 4 accepted of 5 judged per pair
+
+
+def test_each_drafter_holds_for_its_own_switching_cost() -> None:
+    """K per drafter from its own catch-up: a head that catches up at 1 ms a token holds more
+    steps than n-gram, which catches up on nothing and holds the least."""
+    prof = _profile().model_copy(update={"catch_up_s": {"head": [0.001] * len(BATCHES)}})
+    pol = _policy(hold_min=4, hold_max=64)
+    pol.use_profile(prof)
+    by = pol.hold_by_drafter()
+    assert by["ngram"] == 4
+    assert by["head"] == math.ceil(64 * 0.001 / (0.05 * 0.05)) == 26  # 64 tokens ≤ 5 % of K plain steps
+    choice = pol.decide(0.0)
+    assert choice.hold_by_drafter == by and choice.hold_steps == 26

@@ -27,9 +27,12 @@ predicted to emit 1 + mean(min(run, γ)) tokens from those runs instead of E(α,
 come in runs (on code: nothing at half the positions, all four at a third), which one per-token
 α misjudges, and a sequence that turns to code finds n-gram pays without drafting to learn it.
 
-Switching is bounded: a sequence keeps its pair for at least ``SpeculationPlan.hold_steps`` steps
-(K, from the switching cost: the planner sets it) unless its batch-size class (the power of two
-above its batch size) changes, and a new pair must predict ``MARGIN`` less time per token.
+Switching is bounded: a sequence keeps its pair for at least K steps unless its batch-size
+class (the power of two above its batch size) changes, and a new pair must predict ``MARGIN``
+less time per token. K comes from the switching cost (the planner sets it): per drafter
+(``SpeculationPlan.hold_by_drafter``: the catch-up paid to switch into that drafter, amortised;
+n-gram catches up on nothing, so the least K), else ``SpeculationPlan.hold_steps`` (and for
+plain decoding).
 
 Speculation costs nothing where it cannot pay: ``CostRule.could_pay`` is false at a batch size
 where no drafter beats a plain step even at its highest plausible acceptance
@@ -135,6 +138,7 @@ class CostRule:
         self.prior = dict(plan.acceptance)
         self.hi = {n: plan.acceptance_hi.get(n, self.prior.get(n, DEFAULT_ACCEPTANCE)) for n in names}
         self.hold = plan.hold_steps
+        self.hold_by = dict(plan.hold_by_drafter)
 
     def __bool__(self) -> bool:
         return bool(self.batches)
@@ -180,7 +184,8 @@ class CostRule:
 
     def choose(self, spec: SeqSpec, batch: int, allowed: Seq[str]) -> tuple[str | None, int]:
         """This step's pair for one sequence: the best one, unless the held one has run fewer
-        than ``hold`` steps in the same batch-size class or is within ``MARGIN`` of it."""
+        than its drafter's K (``hold_by``, else ``hold``) steps in the same batch-size class or
+        is within ``MARGIN`` of it."""
         alphas = {d: spec.alpha(d, self.prior) for d in self.drafters}
         drafter, gamma, loss = self.best(batch, alphas, allowed, spec)
         cls = batch_class(batch)
@@ -190,7 +195,8 @@ class CostRule:
         if not same and valid and cls == spec.batch_class and spec.held > 0:
             held = spec.run_tokens(current, spec.gamma) if current is not None else None
             held_loss = self.loss(batch, current, spec.gamma, alphas.get(current or "", 0.0), held)
-            if spec.held < self.hold or loss > held_loss * (1.0 - MARGIN):
+            hold = self.hold_by.get(current, self.hold) if current is not None else self.hold
+            if spec.held < hold or loss > held_loss * (1.0 - MARGIN):
                 drafter, gamma = current, spec.gamma if current is not None else 0
                 same = True
         if same and cls == spec.batch_class:

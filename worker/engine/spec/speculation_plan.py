@@ -7,7 +7,8 @@ planner's message itself. The plan holds exactly what the engine reads:
 - γ per batch bucket (``gamma_table``, ``gamma_for``) and the drafter for all (``drafter``)
   or, in per-request scope, each sequence's own learner over the drafters (``drafter_scope``,
   ``request_learner``, ``request_discount``, ``drafter_costs``: spec/router.py);
-- the cost rule's inputs (``step_costs``, ``acceptance``, ``acceptance_hi``, ``hold_steps``:
+- the cost rule's inputs (``step_costs``, ``acceptance``, ``acceptance_hi``, ``hold_steps``,
+  ``hold_by_drafter``:
   spec/plan.py ``CostRule``); with step costs the cost rule decides and the γ table only
   describes;
 - which drafters to score (``score_drafters``) and which to leave out (``skip_drafters``);
@@ -46,6 +47,7 @@ class SpeculationPlan:
     acceptance: Mapping[str, float] = field(default_factory=dict)  # per drafter, the prior mean
     acceptance_hi: Mapping[str, float] = field(default_factory=dict)  # its plausible highest
     hold_steps: int = 1
+    hold_by_drafter: Mapping[str, int] = field(default_factory=dict)  # K per drafter (else hold_steps)
 
     def gamma_for(self, batch_size: int) -> int:
         """γ of the bucket holding ``batch_size`` (the last bucket covers every larger batch)."""

@@ -95,6 +95,20 @@ def test_a_sequence_switches_at_most_once_per_hold_unless_its_batch_class_change
         assert rule.choose(spec2, 1, DRAFTERS) == first
 
 
+def test_a_pair_holds_for_its_own_drafters_k() -> None:
+    """n-gram (nothing to catch up) may be left after 2 steps; the code head after 6."""
+    rule = CostRule(plan_from(_decision(hold=6).model_copy(update={"hold_by_drafter": {"ngram": 2}})))
+    for held, limit in (("ngram", 2), (CODE, 6)):
+        other = PROSE
+        spec = SeqSpec(counts={held: [45.0, 50.0], other: [5.0, 50.0]})
+        assert rule.choose(spec, 1, DRAFTERS)[0] == held
+        spec.counts = {held: [5.0, 50.0], other: [45.0, 50.0]}  # now the other one is far better
+        steps = 1
+        while rule.choose(spec, 1, DRAFTERS)[0] == held:
+            steps += 1
+        assert steps == limit
+
+
 def test_a_sequences_acceptance_starts_at_the_prior_and_follows_its_own_verifications() -> None:
     spec = SeqSpec()
     prior = {CODE: 0.3}
