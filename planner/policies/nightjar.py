@@ -207,10 +207,6 @@ class NightjarPolicy(Policy):
             mean[d], hi[d] = beta.mean, min(beta.mean + self.z * sd, 1.0)
         return mean, hi
 
-    def hold_steps(self) -> int:
-        """K for a pair of any drafter (and plain decoding): the dearest switch's."""
-        return max(self.hold_by_drafter().values(), default=self.p["hold_min"])
-
     def hold_by_drafter(self) -> dict[str, int]:
         """K per drafter: the smallest with its catch-up of ``switch_tokens`` tokens ≤
         ``switch_share`` · K plain steps at batch 1, within [``hold_min``, ``hold_max``]; a
@@ -237,6 +233,7 @@ class NightjarPolicy(Policy):
             )
         mean, hi = self.priors()
         table, best = self._describe(costs, mean)
+        hold = self.hold_by_drafter()
         return Choice(
             gamma_table=table,
             drafter=best,
@@ -245,8 +242,8 @@ class NightjarPolicy(Policy):
             step_costs=costs,
             acceptance=mean,
             acceptance_hi=hi,
-            hold_steps=self.hold_steps(),
-            hold_by_drafter=self.hold_by_drafter(),
+            hold_steps=max(hold.values(), default=self.p["hold_min"]),  # plain decoding: the dearest
+            hold_by_drafter=hold,
             offload=offload,
             note="nightjar cost rule γ=" + ",".join(str(g) for _, g in table),
         )

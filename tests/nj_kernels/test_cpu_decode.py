@@ -45,10 +45,12 @@ def step_items(a: list[int], b: list[int], ta: list[int], tb: list[int]) -> list
     return [ForwardItem(a[13:16], 13, ta, 3), ForwardItem(b[7:8], 7, tb, 1)]
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
-def test_fused_layers_match_the_op_by_op_path(variant: str) -> None:
-    runner = make_runner(**VARIANTS[variant])
-    assert runner.model.fused_layers() is not None
+def fused_and_reference(
+    runner: ModelRunner,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One decode step from the same prefilled cache, fused and then op by op: the fused
+    logits, the fused cache, the op-by-op logits and the cache before the step (the runner's
+    cache is left as op by op wrote it)."""
     a, b, ta, tb = prefilled(runner)
     snapshot = runner.cache.kv.clone()
     fused, _ = runner.run(step_items(a, b, ta, tb))
@@ -59,6 +61,14 @@ def test_fused_layers_match_the_op_by_op_path(variant: str) -> None:
         ref, _ = runner.run(step_items(a, b, ta, tb))
     finally:
         cpu_decode.set_enabled(True)
+    return fused, fused_kv, ref, snapshot
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_fused_layers_match_the_op_by_op_path(variant: str) -> None:
+    runner = make_runner(**VARIANTS[variant])
+    assert runner.model.fused_layers() is not None
+    fused, fused_kv, ref, snapshot = fused_and_reference(runner)
     assert fused.shape == ref.shape == (4, VOCAB)
     assert float((fused - ref).abs().max() / ref.abs().max()) <= 2e-5
     assert torch.equal(fused.argmax(-1), ref.argmax(-1))
@@ -160,16 +170,7 @@ def test_gguf_layers_match_the_op_by_op_path(variant: str, qtype: int) -> None:
     runner = make_runner(**VARIANTS[variant], qtype=qtype)
     fused_layers = runner.model.fused_layers()
     assert fused_layers is not None and fused_layers.any_rows
-    a, b, ta, tb = prefilled(runner)
-    snapshot = runner.cache.kv.clone()
-    fused, _ = runner.run(step_items(a, b, ta, tb))
-    fused_kv = runner.cache.kv.clone()
-    runner.cache.kv.copy_(snapshot)
-    cpu_decode.set_enabled(False)
-    try:
-        ref, _ = runner.run(step_items(a, b, ta, tb))
-    finally:
-        cpu_decode.set_enabled(True)
+    fused, fused_kv, ref, _ = fused_and_reference(runner)
     assert float((fused - ref).abs().max() / ref.abs().max()) <= 2e-5
     assert torch.equal(fused.argmax(-1), ref.argmax(-1))
     torch.testing.assert_close(fused_kv, runner.cache.kv, rtol=1e-5, atol=2e-5)
