@@ -71,6 +71,10 @@ class StepStats(BaseModel):
     verify_time: float = 0.0
     other_time: float = 0.0  # includes catch-up (switch_costs) and counterfactual_time
     counterfactual_time: float = 0.0  # scoring the other drafters (verified tokens, new prompts)
+    # The worker service's own time between the last step's end and this step's start (its
+    # writes, telemetry, intake; 0 after waiting for work): what a step costs as served beyond
+    # ``step_time``. Set by the service, not the engine.
+    gap_time: float = 0.0
     prompts_scored: int = 0  # new sequences whose prompt every drafter scored (the cost rule)
     proposed: int = 0  # draft tokens proposed this step
     accepted: int = 0  # draft tokens accepted this step

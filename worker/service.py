@@ -115,6 +115,7 @@ class WorkerService:
         self._draining = False
         self._short = False  # the last step was short enough to run the next one inline
         self._prefill = 0  # prompt tokens added since the last step
+        self._ended: float | None = None  # when the last step ended (None: idle since)
         self.health = WorkerHealth(s.worker_id, self.model_name, s.max_jobs, lambda: len(self.running))
 
     def _profile_cache(self, model_dir: str) -> ProfileCache | None:
@@ -329,6 +330,7 @@ class WorkerService:
     async def _engine_loop(self) -> None:
         while True:
             if not self.engine.has_unfinished():
+                self._ended = None  # waiting for work is no step's cost
                 with anyio.move_on_after(self.settings.heartbeat_s):
                     await self._work.wait()
                 if not self.engine.has_unfinished():
@@ -353,14 +355,20 @@ class WorkerService:
         to a thread: it takes every entry in hand in one round trip (``take_many``), so what
         arrives during a step joins at most one step later than it would beside a threaded
         step, and at 32 users the steps it sent to threads cost 1-4 % more worker CPU a token
-        (docs/benchmarks/history, "no threaded steps for admission")."""
+        (docs/benchmarks/history, "no threaded steps for admission").
+
+        The step's stats carry ``gap_time``: the service's own time since the last step ended
+        (its writes, telemetry, intake), what a step costs as served beyond the engine's step
+        time; the planner adds it to every step's predicted cost (0 after waiting for work)."""
         inline = self._short and self._prefill <= INLINE_PREFILL_TOKENS
         self._prefill = 0
         if inline:
             await self.outbox.let_send(WRITER_TURNS)  # the last steps' writes go first
         t0 = time.perf_counter()
         result = self.engine.step() if inline else await anyio.to_thread.run_sync(self.engine.step)
-        self._short = time.perf_counter() - t0 < INLINE_STEP_S
+        ended, self._ended = self._ended, time.perf_counter()
+        self._short = self._ended - t0 < INLINE_STEP_S
+        result.stats.gap_time = t0 - ended if ended is not None else 0.0
         return result
 
     def _writes(self, outputs: list[RequestOutput]) -> list[JobWrite]:

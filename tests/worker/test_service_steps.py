@@ -51,3 +51,29 @@ async def test_short_steps_run_on_the_event_loop_and_big_prefills_in_a_thread(
     expected = reference_greedy(model_dir, prompts.tokenizer(long_prompt)["input_ids"], 6)
     final = (await read_events(r, "t"))[-1]
     assert isinstance(final, FinishEvent) and final.token_ids == expected
+
+
+async def test_each_step_carries_the_services_own_time_since_the_last_one(
+    r: aioredis.Redis, model_dir: Path, engine: Engine, prompts: PromptEncoder
+) -> None:
+    """``gap_time``: the worker's time between one step's end and the next one's start (what
+    the planner adds to a step's cost as served); 0 for a step after waiting for work."""
+    stats = []
+    real_step = engine.step
+
+    def step() -> StepResult:
+        result = real_step()
+        stats.append(result.stats)  # the service sets gap_time on it after the step
+        return result
+
+    engine.step = step  # type: ignore[method-assign]
+    w = make_worker(r, model_dir, engine, prompts)
+    params = SamplingParams(max_tokens=6, ignore_eos=True)
+    for job in ("a", "b"):
+        await enqueue(r, JobRequest(job_id=job, prompt="Hi", params=params))
+        await drain(w)
+    firsts = [s for s in stats if s.batch_size == 0 and s.num_tokens == 1]  # a prompt's first token
+    decodes = [s for s in stats if s.batch_size > 0]
+    assert len(firsts) == 2 and len(decodes) == 10
+    assert all(s.gap_time == 0.0 for s in firsts)  # each came after waiting for work
+    assert all(0.0 < s.gap_time < 5.0 for s in decodes)

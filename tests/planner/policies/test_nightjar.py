@@ -192,3 +192,28 @@ def test_each_drafter_holds_for_its_own_switching_cost() -> None:
     assert by["head"] == math.ceil(64 * 0.001 / (0.05 * 0.05)) == 26  # 64 tokens ≤ 5 % of K plain steps
     choice = pol.decide(0.0)
     assert choice.hold_by_drafter == by and choice.hold_steps == 26
+
+
+def test_the_services_time_between_steps_is_part_of_every_step_as_served() -> None:
+    """``gap_time`` (the worker's writes, telemetry, intake between steps) is added to a plain
+    step and to every speculative one, per batch class: a speculative class takes the plain
+    gap until its own steps are seen, and the gap survives a restart of the planner."""
+    pol = _policy()
+    pol.use_profile(_profile())
+    before = pol.decide(0.0).step_costs[0]
+    for _ in range(300):
+        pol.observe(_step(1, 0.05, gap_time=0.01))
+    c1 = pol.decide(0.0).step_costs[0]
+    assert c1.plain_s == pytest.approx(before.plain_s + 0.01, rel=0.01)
+    assert c1.spec_s["head"][1] == pytest.approx(before.spec_s["head"][1] + 0.01, rel=0.02)
+    for _ in range(300):
+        pol.observe(
+            _step(1, 0.05, gamma=2, proposed=2, num_drafts=1, drafter_shares={"ngram": 1}, gap_time=0.02)
+        )
+    c1 = pol.decide(0.0).step_costs[0]
+    assert c1.plain_s == pytest.approx(before.plain_s + 0.01, rel=0.01)
+    assert c1.spec_s["ngram"][0] - pol.step_costs()[0].plain_s > 0.005  # its own, larger gap
+    again = _policy()
+    again.use_profile(_profile())
+    again.load_state_dict(pol.state_dict())
+    assert again.step_costs() == pol.step_costs()
