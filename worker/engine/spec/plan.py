@@ -139,12 +139,24 @@ class CostRule:
         self.hi = {n: plan.acceptance_hi.get(n, self.prior.get(n, DEFAULT_ACCEPTANCE)) for n in names}
         self.hold = plan.hold_steps
         self.hold_by = dict(plan.hold_by_drafter)
+        self._at: tuple[int, float, dict[str, list[float]]] | None = None  # the last batch's costs
+
+    def _costs(self, batch: int) -> tuple[float, dict[str, list[float]]]:
+        """The plain step and each drafter's step at each γ, at this batch size (kept for the
+        next call: every sequence of a step asks at the same batch size)."""
+        if self._at is None or self._at[0] != batch:
+            plain = max(interp(self.batches, self.plain_s, batch), 1e-9)
+            spec = {
+                n: [max(interp(self.batches, c, batch), 1e-9) for c in self.spec_s[n]] for n in self.drafters
+            }
+            self._at = (batch, plain, spec)
+        return self._at[1], self._at[2]
 
     def __bool__(self) -> bool:
         return bool(self.batches)
 
     def plain(self, batch: int) -> float:
-        return max(interp(self.batches, self.plain_s, batch), 1e-9)
+        return self._costs(batch)[0]
 
     def loss(
         self, batch: int, drafter: str | None, gamma: int, alpha: float, tokens: float | None = None
@@ -153,7 +165,7 @@ class CostRule:
         E(α, γ), or over ``tokens`` where the sequence's runs say what a verification emits."""
         if gamma == 0 or drafter is None:
             return self.plain(batch)
-        step = max(interp(self.batches, self.spec_s[drafter][gamma - 1], batch), 1e-9)
+        step = self._costs(batch)[1][drafter][gamma - 1]
         return step / (tokens if tokens is not None else expected_tokens(alpha, gamma))
 
     def best(
