@@ -169,8 +169,9 @@ class Decision(Message):
     # bound): where no drafter pays even there, the workers do no speculative work at all.
     acceptance_hi: dict[DrafterName, Probability] = Field(default_factory=dict, max_length=64)
     hold_steps: int = Field(default=1, ge=1, le=1 << 16)
-    # K per drafter, from that drafter's own switching cost (a model-free drafter catches up on
-    # nothing: the least K); a drafter not named holds ``hold_steps``.
+    # K per drafter, from that drafter's own switching cost: a switch into its pairs waits K
+    # steps of the held pair (a model-free drafter catches up on nothing: the least K, as a
+    # switch to plain decoding); a drafter not named waits ``hold_steps``.
     hold_by_drafter: dict[DrafterName, Annotated[int, Field(ge=1, le=1 << 16)]] = Field(
         default_factory=dict, max_length=64
     )

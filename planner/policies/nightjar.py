@@ -19,12 +19,12 @@ to explore for:
   step, once ``MIN_RUNS`` are in), its mean the prior a new sequence starts from, mean + ``z`` standard
   deviations the highest a sequence could plausibly have — where no drafter pays even there,
   the workers do no speculative work at all (γ = 0 costs what static γ = 0 costs);
-- **hold_by_drafter** K: a sequence keeps its (drafter, γ) for K steps unless its batch-size
-  class changes. K amortises a switch as the Nightjar paper's loss does (ℓ + C_switch/γ): per
-  drafter, the smallest K with C_switch ≤ ``switch_share`` · K plain steps at batch 1, C_switch
-  that drafter's profiled catch-up of ``switch_tokens`` tokens (n-gram: none), within
-  [``hold_min``, ``hold_max``]; ``hold_steps`` is the largest, for plain decoding and older
-  workers.
+- **hold_by_drafter** K: a sequence switches into a drafter's pairs only after K steps of
+  the pair it holds, unless its batch-size class changes. K amortises the switch as the
+  Nightjar paper's loss does (ℓ + C_switch/γ): per drafter, the smallest K with C_switch ≤
+  ``switch_share`` · K plain steps at batch 1, C_switch that drafter's profiled catch-up of
+  ``switch_tokens`` tokens (n-gram: none; plain decoding, for the workers: the least K),
+  within [``hold_min``, ``hold_max``]; ``hold_steps`` is the largest, for older workers.
 
 No exploration: the profile is the prior for every cost, acceptance is what is learned, and it
 is learned from the prompts every drafter scores teacher-forced and from the steps that
@@ -260,7 +260,7 @@ class NightjarPolicy(Policy):
             step_costs=costs,
             acceptance=mean,
             acceptance_hi=hi,
-            hold_steps=max(hold.values(), default=self.p["hold_min"]),  # plain decoding: the dearest
+            hold_steps=max(hold.values(), default=self.p["hold_min"]),  # older workers: the dearest
             hold_by_drafter=hold,
             offload=offload,
             note="nightjar cost rule γ=" + ",".join(str(g) for _, g in table),

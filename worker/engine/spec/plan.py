@@ -29,10 +29,11 @@ come in runs (on code: nothing at half the positions, all four at a third), whic
 
 Switching is bounded: a sequence keeps its pair for at least K steps unless its batch-size
 class (the power of two above its batch size) changes, and a new pair must predict ``MARGIN``
-less time per token. K comes from the switching cost (the planner sets it): per drafter
-(``SpeculationPlan.hold_by_drafter``: the catch-up paid to switch into that drafter, amortised;
-n-gram catches up on nothing, so the least K), else ``SpeculationPlan.hold_steps`` (and for
-plain decoding).
+less time per token. K comes from the switching cost (the planner sets it) of the drafter
+switched into (``SpeculationPlan.hold_by_drafter``: its catch-up, amortised), else
+``SpeculationPlan.hold_steps``; n-gram and plain decoding catch up on nothing, so a switch into
+them waits the least K. (Keying K on the pair left instead held plain decoding for a head's K:
+32 steps on nj-target, where n-gram's runs on code come and go within 10.)
 
 Speculation costs nothing where it cannot pay: ``CostRule.could_pay`` is false at a batch size
 where no drafter beats a plain step even at its highest plausible acceptance
@@ -194,10 +195,19 @@ class CostRule:
             for g in range(1, self.gamma_max + 1)
         )
 
+    def k_into(self, drafter: str | None) -> int:
+        """K of a switch into ``drafter``'s pair (None: plain decoding): the steps the held
+        pair must have run first. A switch costs the catch-up of the drafter switched into, so
+        its own K (``hold_by``); plain decoding catches up on nothing: the least K there is
+        (``hold`` where the plan names none), as n-gram's."""
+        if drafter is not None:
+            return self.hold_by.get(drafter, self.hold)
+        return min(self.hold_by.values(), default=self.hold)
+
     def choose(self, spec: SeqSpec, batch: int, allowed: Seq[str]) -> tuple[str | None, int]:
         """This step's pair for one sequence: the best one, unless the held one has run fewer
-        than its drafter's K (``hold_by``, else ``hold``) steps in the same batch-size class or
-        is within ``MARGIN`` of it."""
+        than K steps of a switch into the best one's drafter (``k_into``) in the same
+        batch-size class or is within ``MARGIN`` of it."""
         alphas = {d: spec.alpha(d, self.prior) for d in self.drafters}
         drafter, gamma, loss = self.best(batch, alphas, allowed, spec)
         cls = batch_class(batch)
@@ -207,8 +217,7 @@ class CostRule:
         if not same and valid and cls == spec.batch_class and spec.held > 0:
             held = spec.run_tokens(current, spec.gamma) if current is not None else None
             held_loss = self.loss(batch, current, spec.gamma, alphas.get(current or "", 0.0), held)
-            hold = self.hold_by.get(current, self.hold) if current is not None else self.hold
-            if spec.held < hold or loss > held_loss * (1.0 - MARGIN):
+            if spec.held < self.k_into(drafter) or loss > held_loss * (1.0 - MARGIN):
                 drafter, gamma = current, spec.gamma if current is not None else 0
                 same = True
         if same and cls == spec.batch_class:

@@ -47,7 +47,7 @@ class SpeculationPlan:
     acceptance: Mapping[str, float] = field(default_factory=dict)  # per drafter, the prior mean
     acceptance_hi: Mapping[str, float] = field(default_factory=dict)  # its plausible highest
     hold_steps: int = 1
-    hold_by_drafter: Mapping[str, int] = field(default_factory=dict)  # K per drafter (else hold_steps)
+    hold_by_drafter: Mapping[str, int] = field(default_factory=dict)  # K to switch into it (else hold_steps)
 
     def gamma_for(self, batch_size: int) -> int:
         """γ of the bucket holding ``batch_size`` (the last bucket covers every larger batch)."""

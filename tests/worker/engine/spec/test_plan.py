@@ -95,18 +95,20 @@ def test_a_sequence_switches_at_most_once_per_hold_unless_its_batch_class_change
         assert rule.choose(spec2, 1, DRAFTERS) == first
 
 
-def test_a_pair_holds_for_its_own_drafters_k() -> None:
-    """n-gram (nothing to catch up) may be left after 2 steps; the code head after 6."""
+def test_a_switch_waits_the_k_of_the_drafter_it_switches_into() -> None:
+    """A switch pays the catch-up of the drafter it goes to: into n-gram (nothing to catch up,
+    K 2) after 2 steps, into the code head (K 6) after 6, into plain decoding (nothing to
+    catch up: the least K) after 2."""
     rule = CostRule(plan_from(_decision(hold=6).model_copy(update={"hold_by_drafter": {"ngram": 2}})))
-    for held, limit in (("ngram", 2), (CODE, 6)):
-        other = PROSE
-        spec = SeqSpec(counts={held: [45.0, 50.0], other: [5.0, 50.0]})
+    low = {d: [1.0, 50.0] for d in DRAFTERS}
+    for held, into, limit in ((CODE, "ngram", 2), ("ngram", CODE, 6), (CODE, None, 2)):
+        spec = SeqSpec(counts=low | {held: [45.0, 50.0]})
         assert rule.choose(spec, 1, DRAFTERS)[0] == held
-        spec.counts = {held: [5.0, 50.0], other: [45.0, 50.0]}  # now the other one is far better
+        spec.counts = low | ({into: [45.0, 50.0]} if into is not None else {})  # now far better
         steps = 1
         while rule.choose(spec, 1, DRAFTERS)[0] == held:
             steps += 1
-        assert steps == limit
+        assert steps == limit and spec.drafter == into, (held, into)
 
 
 def test_a_sequences_acceptance_starts_at_the_prior_and_follows_its_own_verifications() -> None:
