@@ -6,8 +6,9 @@ to explore for:
 
 - **step costs** (``Decision.step_costs``) at batch sizes 1, 2, 4, … up to the profile's
   largest: a plain step and a step at each γ ≤ ``gamma_max`` with each drafter, from the
-  startup cost profile (γ draft steps of the drafter, then the target over the rows a
-  verification runs: γ + 1, or for n-gram 1 + what its lookahead says it proposes), at the
+  startup cost profile (γ draft steps of the drafter, then the target over the γ + 1 rows a
+  verification runs; n-gram is priced at the γ it proposes: the workers verify only what it
+  proposes, and choose it only at a γ it has a proposal for), at the
   served steps' mean context, each scaled by what serving measures beyond the profile (the
   moving ratio of served to predicted time of plain decode steps, and of speculative ones,
   per batch class; a class with no speculative step yet takes the plain ratio), plus what the
@@ -16,9 +17,10 @@ to explore for:
 - **acceptance** per drafter (``Decision.acceptance``, ``acceptance_hi``): a discounted Beta of
   the rates the workers report (realised for the drafter that drafted, counterfactual for the
   others they scored; for a model-free drafter, the positions its lookahead judged at every
-  step, once ``MIN_RUNS`` are in), its mean the prior a new sequence starts from, mean + ``z`` standard
-  deviations the highest a sequence could plausibly have — where no drafter pays even there,
-  the workers do no speculative work at all (γ = 0 costs what static γ = 0 costs);
+  step where it proposed, once ``MIN_RUNS`` are in), its mean the prior a new sequence
+  starts from, mean + ``z`` standard deviations the highest a sequence could plausibly have —
+  where no drafter pays even there, the workers do no speculative work at all (γ = 0 costs
+  what static γ = 0 costs);
 - **hold_by_drafter** K: a sequence switches into a drafter's pairs only after K steps of
   the pair it holds, unless its batch-size class changes. K amortises the switch as the
   Nightjar paper's loss does (ℓ + C_switch/γ): per drafter, the smallest K with C_switch ≤
@@ -51,7 +53,7 @@ from shared.profile import CostProfile
 
 RATIO_WEIGHT = 0.05  # a served step's weight in its class's moving ratio (~20 steps)
 RATIO_CLIP = 2.0  # one speculative step's ratio within [plain / this, plain * this]
-MIN_RUNS = 16.0  # n-gram positions judged (discounted) before its lookahead gives its rows
+MIN_RUNS = 16.0  # n-gram positions judged (discounted) before its lookahead gives its prior
 
 
 class NightjarPolicy(Policy):
@@ -86,7 +88,7 @@ class NightjarPolicy(Policy):
         self.p = p
         self.profile: CostProfile | None = None
         self.acceptance: dict[str, Beta] = {}
-        self.runs: dict[str, Runs] = {}  # model-free drafters' lookahead (rows they propose)
+        self.runs: dict[str, Runs] = {}  # model-free drafters' lookahead
         self.context: float | None = None  # moving mean of the served steps' tokens per sequence
         self.ratio_plain: dict[int, float] = {}  # batch class -> served / predicted, γ = 0 steps
         self.spec_excess: dict[int, float] = {}  # batch class -> γ > 0 steps' ratio / plain's
@@ -182,11 +184,6 @@ class NightjarPolicy(Policy):
             d for d in (p.drafter_s if p is not None else {}) if p is not None and p.drafter(d) == d
         )
 
-    def _rows(self, drafter: str, gamma: int) -> float:
-        runs = self.runs.get(drafter)
-        if runs is not None and runs.weight >= MIN_RUNS and gamma <= runs.depth:
-            return runs.rows(gamma)
-        return float(gamma + 1)
 
     def step_costs(self) -> list[StepCosts]:
         p = self.profile
@@ -202,7 +199,7 @@ class NightjarPolicy(Policy):
             plain = p.target(b, 1, self.context) * self._ratio(b, False) + self._gap(b, False)
             spec = {
                 d: [
-                    (g * p.draft(b, d) + p.target(b, self._rows(d, g), self.context)) * self._ratio(b, True)
+                    (g * p.draft(b, d) + p.target(b, g + 1, self.context)) * self._ratio(b, True)
                     + self._gap(b, True)
                     for g in range(1, gmax + 1)
                 ]
@@ -218,7 +215,7 @@ class NightjarPolicy(Policy):
             beta = self.acceptance.get(d, Beta())
             runs = self.runs.get(d)
             if runs is not None and runs.weight >= MIN_RUNS:  # judged at every step: not sparse scores
-                accepted, judged = runs.positions()
+                accepted, judged = runs.proposing()
                 beta = Beta(1.0 + accepted, 1.0 + judged - accepted)
             n = beta.a + beta.b
             sd = math.sqrt(beta.a * beta.b / (n * n * (n + 1.0)))

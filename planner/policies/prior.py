@@ -125,6 +125,12 @@ class Runs:
         misses = sum(c for a, c in enumerate(self.accepted) if a < depth)
         return accepted, accepted + misses
 
+    def proposing(self) -> tuple[float, float]:
+        """``positions`` over the positions where it proposed something: what a verification of
+        a proposal accepts (a position without one has 0 accepted, counted in ``proposed[0]``)."""
+        accepted, judged = self.positions()
+        return accepted, max(judged - self.proposed[0], accepted)
+
     def tokens(self, gamma: int, z: float) -> tuple[float, float, float]:
         """Tokens per verification at γ: (high, mean, low), ± ``z`` standard errors."""
         n = self.weight

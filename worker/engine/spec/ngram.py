@@ -104,6 +104,10 @@ class NgramDrafter(Drafter):
         # No probabilities: a lookup proposes deterministically (q is a point mass).
         return Proposal(tokens, [None] * len(seqs))
 
+    def proposal_length(self, seq: Sequence, k: int) -> int:
+        """How many tokens ``propose`` would give ``seq`` now, at most ``k`` (a lookup)."""
+        return len(self._synced(seq, len(seq.token_ids)).propose(k))
+
     def rollback(self, seq_id: str, num_tokens: int) -> None:
         index = self._index.get(seq_id)
         if index is not None and len(index.tokens) > num_tokens:

@@ -96,9 +96,13 @@ class SeqSpec:
             self.add(name, accepted, judged)
         self.verifications += 1
 
-    def judged(self, drafter: str, hit: int, depth: int) -> None:
+    def judged(self, drafter: str, hit: int, proposed: int, depth: int) -> None:
         """One position a model-free drafter was judged at: ``hit`` (0..``depth``) of its
-        proposed tokens led the verified ones."""
+        ``proposed`` tokens led the verified ones. Only positions where it proposed count:
+        where it proposes nothing it is not chosen (``CostRule.best``), so its runs are what
+        a verification of a proposal emits."""
+        if proposed <= 0:
+            return
         runs = self.runs.get(drafter)
         if runs is None or len(runs) != depth + 1:
             runs = self.runs[drafter] = [0.0] * (depth + 1)
@@ -107,8 +111,8 @@ class SeqSpec:
         runs[min(max(hit, 0), depth)] += 1.0
 
     def run_tokens(self, drafter: str, gamma: int) -> float | None:
-        """Tokens a verification at γ emits by this sequence's runs (None: too few judged, or
-        γ beyond the depth judged)."""
+        """Tokens a verification of a proposal at γ emits by this sequence's runs (None: too
+        few judged, or γ beyond the depth judged)."""
         runs = self.runs.get(drafter)
         if runs is None or gamma >= len(runs) or sum(runs) < RUNS_MIN:
             return None
@@ -170,14 +174,21 @@ class CostRule:
         return step / (tokens if tokens is not None else expected_tokens(alpha, gamma))
 
     def best(
-        self, batch: int, alphas: dict[str, float], allowed: Seq[str], spec: SeqSpec | None = None
+        self,
+        batch: int,
+        alphas: dict[str, float],
+        allowed: Seq[str],
+        spec: SeqSpec | None = None,
+        proposals: dict[str, int] | None = None,
     ) -> tuple[str | None, int, float]:
-        """The pair of least predicted time per token (γ = 0 on ties)."""
+        """The pair of least predicted time per token (γ = 0 on ties); a model-free drafter
+        (``proposals``: the length of what it proposes now) at most at that γ."""
         out: tuple[str | None, int, float] = (None, 0, self.plain(batch))
         for d in self.drafters:
             if d not in allowed:
                 continue
-            for g in range(1, self.gamma_max + 1):
+            top = min(self.gamma_max, proposals[d]) if proposals and d in proposals else self.gamma_max
+            for g in range(1, top + 1):
                 tokens = spec.run_tokens(d, g) if spec is not None else None
                 loss = self.loss(batch, d, g, alphas[d], tokens)
                 if loss < out[2]:
@@ -204,20 +215,31 @@ class CostRule:
             return self.hold_by.get(drafter, self.hold)
         return min(self.hold_by.values(), default=self.hold)
 
-    def choose(self, spec: SeqSpec, batch: int, allowed: Seq[str]) -> tuple[str | None, int]:
+    def choose(
+        self, spec: SeqSpec, batch: int, allowed: Seq[str], proposals: dict[str, int] | None = None
+    ) -> tuple[str | None, int]:
         """This step's pair for one sequence: the best one, unless the held one has run fewer
         than K steps of a switch into the best one's drafter (``k_into``) in the same
-        batch-size class or is within ``MARGIN`` of it."""
+        batch-size class or is within ``MARGIN`` of it. ``proposals``: each model-free
+        drafter's proposal length for the sequence now; such a drafter is chosen only at a γ it
+        proposes, and between it and plain decoding, which cost no catch-up, nothing waits K
+        (its proposals come and go from one step to the next)."""
+        proposals = proposals or {}
         alphas = {d: spec.alpha(d, self.prior) for d in self.drafters}
-        drafter, gamma, loss = self.best(batch, alphas, allowed, spec)
+        drafter, gamma, loss = self.best(batch, alphas, allowed, spec, proposals)
         cls = batch_class(batch)
         current = spec.drafter if spec.gamma > 0 else None
-        valid = current is None or (current in allowed and spec.gamma <= self.gamma_max)
+        valid = current is None or (
+            current in allowed and spec.gamma <= self.gamma_max and proposals.get(current, 1) > 0
+        )  # a model-free drafter with no proposal now holds nothing
         same = (drafter, gamma) == (current, spec.gamma if current is not None else 0)
         if not same and valid and cls == spec.batch_class and spec.held > 0:
-            held = spec.run_tokens(current, spec.gamma) if current is not None else None
-            held_loss = self.loss(batch, current, spec.gamma, alphas.get(current or "", 0.0), held)
-            if spec.held < self.k_into(drafter) or loss > held_loss * (1.0 - MARGIN):
+            g = min(spec.gamma, proposals.get(current, spec.gamma)) if current is not None else 0
+            held = spec.run_tokens(current, g) if current is not None else None
+            held_loss = self.loss(batch, current, g, alphas.get(current or "", 0.0), held)
+            free = {None, *proposals}
+            k = 1 if current in free and drafter in free else self.k_into(drafter)
+            if spec.held < k or loss > held_loss * (1.0 - MARGIN):
                 drafter, gamma = current, spec.gamma if current is not None else 0
                 same = True
         if same and cls == spec.batch_class:

@@ -129,8 +129,10 @@ class Speculator:
             out.prompt_seconds, out.prompts_scored = time.perf_counter() - t0, len(new)
         assert out.lookahead is not None
         batch = len(decoding)
+        free = [d for d in self.pool.drafters.values() if isinstance(d, NgramDrafter) and d.name in allowed]
         for seq in decoding:
-            name, gamma = rule.choose(seq.spec, batch, allowed)
+            proposals = {d.name: d.proposal_length(seq, rule.gamma_max) for d in free}
+            name, gamma = rule.choose(seq.spec, batch, allowed, proposals)
             gamma = min(gamma, self.max_gamma)
             if name is not None and gamma > 0:
                 out.lookahead[seq.request_id], out.drafters[seq.request_id] = gamma, name
@@ -297,7 +299,7 @@ class Speculator:
         if self._rule is not None and judge is not None:  # each sequence's own n-gram runs (plan.py)
             for v in verified:
                 for name, x in each.get(v.seq.request_id, {}).items():
-                    v.seq.spec.judged(name, x.hit, judge.depth)
+                    v.seq.spec.judged(name, x.hit, x.proposed, judge.depth)
         if self.pool is None or drafter is None or not drafted:
             return Feedback(lookahead=lookahead)
         accepted = 0

@@ -124,19 +124,38 @@ def test_a_sequences_acceptance_starts_at_the_prior_and_follows_its_own_verifica
 
 
 def test_a_sequences_ngram_runs_replace_e_alpha_gamma_once_enough_are_judged() -> None:
-    """n-gram hits come in runs: nothing at half the positions, all four at the other half is
-    3 tokens a verification at γ = 4, which a per-token prior of 0.1 would price at 1.1."""
+    """n-gram hits come in runs: where it proposes, nothing at half the positions and all four
+    at the other half is 3 tokens a verification at γ = 4, which a per-token prior of 0.1 would
+    price at 1.1. Positions where it proposed nothing do not count (it is not chosen there)."""
     rule = CostRule(plan_from(_decision().model_copy(update={"acceptance": dict.fromkeys(DRAFTERS, 0.1)})))
     spec = SeqSpec()
     alphas = {d: spec.alpha(d, rule.prior) for d in DRAFTERS}
     assert rule.best(1, alphas, DRAFTERS, spec)[:2] == (None, 0)  # the prior alone: plain
     for i in range(int(plan.RUNS_MIN) + 2):
-        spec.judged("ngram", 4 if i % 2 else 0, depth=4)
+        spec.judged("ngram", 4 if i % 2 else 0, proposed=4, depth=4)
+        spec.judged("ngram", 0, proposed=0, depth=4)  # no proposal: not a run of 0
     assert spec.run_tokens("ngram", 4) == pytest.approx(3.0, abs=0.2)
     assert spec.run_tokens("ngram", 1) == pytest.approx(1.5, abs=0.1)
     assert spec.run_tokens(CODE, 4) is None and spec.run_tokens("ngram", 5) is None
     assert rule.best(1, alphas, DRAFTERS, spec)[:2] == ("ngram", 4)
     assert rule.choose(spec, 1, DRAFTERS) == ("ngram", 4)
+
+
+def test_ngram_is_chosen_at_most_at_the_length_it_proposes_and_leaves_plain_decoding_at_once() -> None:
+    """A model-free drafter runs only at a γ it has a proposal for (none: plain decoding), and
+    between it and plain decoding, which cost no catch-up, a sequence switches without waiting K."""
+    low = {"acceptance": dict.fromkeys(DRAFTERS, 0.1)}
+    rule = CostRule(plan_from(_decision(hold=6).model_copy(update=low)))
+    spec = SeqSpec()
+    for _ in range(int(plan.RUNS_MIN) + 2):
+        spec.judged("ngram", 4, proposed=4, depth=4)  # its proposals are always right
+    assert rule.choose(spec, 1, DRAFTERS, {"ngram": 2}) == ("ngram", 2)
+    assert rule.choose(spec, 1, DRAFTERS, {"ngram": 0}) == (None, 0)  # nothing proposed: plain
+    assert rule.choose(spec, 1, DRAFTERS, {"ngram": 4}) == ("ngram", 4)  # back at once, no K
+    # a head's pair is not left for a passing n-gram proposal before K steps
+    head = SeqSpec(counts={CODE: [45.0, 50.0]}, runs=dict(spec.runs))
+    assert rule.choose(head, 1, DRAFTERS, {"ngram": 0})[0] == CODE
+    assert rule.choose(head, 1, DRAFTERS, {"ngram": 4})[0] == CODE  # into n-gram it waits K (6 here)
 
 
 # ------------------------------------------------------------------ in the engine
