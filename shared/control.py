@@ -160,8 +160,9 @@ class Decision(Message):
     # The cost rule (worker/engine/spec/plan.py): with ``step_costs`` (ascending batch sizes,
     # interpolated between them), each decoding sequence drafts with the (drafter, γ) of least
     # predicted time per token at its own acceptance — its prompt's teacher-forced score and its
-    # own verifications, from ``acceptance`` (per drafter, the prior mean) — and keeps it at least
-    # ``hold_steps`` steps unless its batch-size class changes. ``gamma_table`` and ``drafter``
+    # own verifications, from ``acceptance`` (per drafter, the prior mean) — and switches into
+    # another drafter's pair only after K steps (``hold_by_drafter``, else ``hold_steps``) unless
+    # its batch-size class changes. ``gamma_table`` and ``drafter``
     # then only describe the decision (γ and drafter at the prior acceptance). Empty: they decide.
     step_costs: list[StepCosts] = Field(default_factory=list, max_length=64)
     acceptance: dict[DrafterName, Probability] = Field(default_factory=dict, max_length=64)

@@ -53,7 +53,7 @@ from shared.profile import CostProfile
 
 RATIO_WEIGHT = 0.05  # a served step's weight in its class's moving ratio (~20 steps)
 RATIO_CLIP = 2.0  # one speculative step's ratio within [plain / this, plain * this]
-MIN_RUNS = 16.0  # n-gram positions judged (discounted) before its lookahead gives its prior
+MIN_RUNS = 16.0  # proposing n-gram positions judged (discounted) before its lookahead gives its prior
 
 
 class NightjarPolicy(Policy):
@@ -120,7 +120,8 @@ class NightjarPolicy(Policy):
         if self.p["calibrate"] and prices_gamma(t):
             self._calibrate(t)
             gaps, c = self.gap[t.gamma > 0], _class(t.batch_size)
-            gaps[c] = t.gap_time if c not in gaps else _move(gaps[c], t.gap_time)
+            if t.gap_time > 0:  # 0: the step came after waiting (or the profiler's own step)
+                gaps[c] = t.gap_time if c not in gaps else _move(gaps[c], t.gap_time)
 
     def _calibrate(self, t: Telemetry) -> None:
         """Move the step's batch class's served/predicted ratio 5 % toward this step's.
@@ -184,7 +185,6 @@ class NightjarPolicy(Policy):
             d for d in (p.drafter_s if p is not None else {}) if p is not None and p.drafter(d) == d
         )
 
-
     def step_costs(self) -> list[StepCosts]:
         p = self.profile
         if p is None:
@@ -214,8 +214,8 @@ class NightjarPolicy(Policy):
         for d in self.drafters():
             beta = self.acceptance.get(d, Beta())
             runs = self.runs.get(d)
-            if runs is not None and runs.weight >= MIN_RUNS:  # judged at every step: not sparse scores
-                accepted, judged = runs.proposing()
+            accepted, judged = runs.proposing() if runs is not None else (0.0, 0.0)
+            if judged >= MIN_RUNS:  # judged at every step it proposed: not sparse scores
                 beta = Beta(1.0 + accepted, 1.0 + judged - accepted)
             n = beta.a + beta.b
             sd = math.sqrt(beta.a * beta.b / (n * n * (n + 1.0)))

@@ -22,10 +22,12 @@ Nothing here is explored: where the prior says a pair loses, it does not run.
 
 A model-free drafter (n-gram) is judged on the sequence's own verified text at every step, γ = 0
 included (lookahead.py: a dictionary lookup): the accepted run length at each judged position,
-discounted by ``RUNS_DISCOUNT``. Once ``RUNS_MIN`` positions are in, a verification at γ is
-predicted to emit 1 + mean(min(run, γ)) tokens from those runs instead of E(α, γ): n-gram hits
-come in runs (on code: nothing at half the positions, all four at a third), which one per-token
-α misjudges, and a sequence that turns to code finds n-gram pays without drafting to learn it.
+discounted by ``RUNS_DISCOUNT``, at the positions where it proposed. Once ``RUNS_MIN`` of them
+are in, a verification of a proposal at γ is predicted to emit 1 + mean(min(run, γ)) tokens from
+those runs instead of E(α, γ): n-gram hits come in runs (on code: nothing at half the positions,
+all four at a third), which one per-token α misjudges, and a sequence that turns to code finds
+n-gram pays without drafting to learn it. n-gram is taken only at a γ it proposes for the
+sequence now (a lookup; nothing proposed: plain decoding, as a verification of nothing is).
 
 Switching is bounded: a sequence keeps its pair for at least K steps unless its batch-size
 class (the power of two above its batch size) changes, and a new pair must predict ``MARGIN``
@@ -229,18 +231,20 @@ class CostRule:
         drafter, gamma, loss = self.best(batch, alphas, allowed, spec, proposals)
         cls = batch_class(batch)
         current = spec.drafter if spec.gamma > 0 else None
-        valid = current is None or (
-            current in allowed and spec.gamma <= self.gamma_max and proposals.get(current, 1) > 0
-        )  # a model-free drafter with no proposal now holds nothing
-        same = (drafter, gamma) == (current, spec.gamma if current is not None else 0)
+        # the held pair as it would run now: a model-free drafter at most at what it proposes
+        # (nothing: plain decoding, which the hold then keeps)
+        held_gamma = min(spec.gamma, proposals.get(current, spec.gamma)) if current is not None else 0
+        if held_gamma == 0:
+            current = None
+        valid = current is None or (current in allowed and held_gamma <= self.gamma_max)
+        same = (drafter, gamma) == (current, held_gamma)
         if not same and valid and cls == spec.batch_class and spec.held > 0:
-            g = min(spec.gamma, proposals.get(current, spec.gamma)) if current is not None else 0
-            held = spec.run_tokens(current, g) if current is not None else None
-            held_loss = self.loss(batch, current, g, alphas.get(current or "", 0.0), held)
+            held = spec.run_tokens(current, held_gamma) if current is not None else None
+            held_loss = self.loss(batch, current, held_gamma, alphas.get(current or "", 0.0), held)
             free = {None, *proposals}
             k = 1 if current in free and drafter in free else self.k_into(drafter)
             if spec.held < k or loss > held_loss * (1.0 - MARGIN):
-                drafter, gamma = current, spec.gamma if current is not None else 0
+                drafter, gamma = current, held_gamma
                 same = True
         if same and cls == spec.batch_class:
             spec.held += 1

@@ -142,15 +142,14 @@ class DrafterPool:
         """Per sequence, every drafter's greedy agreement with the tokens at positions
         ``starts[i] ..`` (teacher-forced: the last prompt tokens and the first output token of a
         sequence about to draft; the cost rule's prior, plan.py). A model drafter's position
-        without a prediction (no features there) is not counted; a model-free drafter's empty
-        proposal is a miss, as when it drafts."""
+        without a prediction (no features there) is not counted, nor a model-free drafter's
+        empty proposal (the cost rule takes it only where it proposes, plan.py)."""
         out: list[dict[str, tuple[float, int]]] = [{} for _ in seqs]
         for d in self.drafters.values():
             scores = d.score(seqs, starts)
-            model = isinstance(d, ModelDrafter)
             for i, (seq, s) in enumerate(zip(seqs, starts, strict=True)):
                 pairs = list(zip(scores.tokens[i], seq.token_ids[s:], strict=False))
-                judged = [(p, t) for p, t in pairs if p >= 0 or not model]
+                judged = [(p, t) for p, t in pairs if p >= 0]
                 if judged:
                     out[i][d.name] = (float(sum(p == t for p, t in judged)), len(judged))
         return out

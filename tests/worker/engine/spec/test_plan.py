@@ -156,6 +156,16 @@ def test_ngram_is_chosen_at_most_at_the_length_it_proposes_and_leaves_plain_deco
     head = SeqSpec(counts={CODE: [45.0, 50.0]}, runs=dict(spec.runs))
     assert rule.choose(head, 1, DRAFTERS, {"ngram": 0})[0] == CODE
     assert rule.choose(head, 1, DRAFTERS, {"ngram": 4})[0] == CODE  # into n-gram it waits K (6 here)
+    # n-gram held with nothing to propose is plain decoding held: a head still waits its K
+    held = SeqSpec(runs=dict(spec.runs))
+    assert rule.choose(held, 1, DRAFTERS, {"ngram": 4}) == ("ngram", 4)
+    held.counts = {CODE: [45.0, 50.0]}
+    pairs = [rule.choose(held, 1, DRAFTERS, {"ngram": 0}) for _ in range(6)]
+    assert pairs[:5] == [(None, 0)] * 5 and pairs[5][0] == CODE
+    # a held n-gram pair runs at what it proposes now
+    short = SeqSpec(runs=dict(spec.runs))
+    assert rule.choose(short, 1, DRAFTERS, {"ngram": 4}) == ("ngram", 4)
+    assert rule.choose(short, 1, DRAFTERS, {"ngram": 3}) == ("ngram", 3)
 
 
 # ------------------------------------------------------------------ in the engine
