@@ -212,6 +212,17 @@ def greedy_or_reference(model_dir: Path, prompt: str, n: int, got: list[int] | N
     return expected_greedy(model_dir, prompt, n)
 
 
+def greedy_oracles(
+    model_dir: Path, prompts: dict[str, str], n_of: dict[str, int], audits: list[Audit]
+) -> dict[str, list[int]]:
+    """Each audited job's oracle (``greedy_or_reference``): its prompt from ``prompts``, its
+    length from ``n_of``, keyed by job id as ``tally`` takes it."""
+    return {
+        a.job_id: greedy_or_reference(model_dir, prompts[a.job_id], n_of[a.job_id], a.token_ids)
+        for a in audits
+    }
+
+
 async def unacked(r: aioredis.Redis) -> int:
     """Job entries delivered to a worker and not acknowledged yet."""
     return int((await r.xpending(names.jobs_stream(), names.JOBS_GROUP))["pending"])

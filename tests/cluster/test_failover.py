@@ -28,7 +28,7 @@ from tests.chaos.cluster import Cluster
 from tests.chaos.jobs import (
     audit,
     expected_greedy,
-    greedy_or_reference,
+    greedy_oracles,
     holdings,
     submit_all,
     tally,
@@ -92,10 +92,7 @@ async def test_the_models_master_killed_mid_load(
     gap_s = await first_write_after(r, [names.job_events(j) for j in accepted], killed_at)
     n_of = {j: N if j in streamed else SHORT_N for j in accepted}
     audits = [await audit(r, j) for j in accepted]
-    expected = {  # long outputs: each token the target's argmax up to a float tie
-        a.job_id: greedy_or_reference(c.model_dir, accepted[a.job_id], n_of[a.job_id], a.token_ids)
-        for a in audits
-    }
+    expected = greedy_oracles(c.model_dir, accepted, n_of, audits)  # long: argmax up to a float tie
     t = tally(audits, expected)
     print(
         f"\n[cluster failover] master {master} killed, replica {replica} promoted after {promoted_s:.1f}s, "
