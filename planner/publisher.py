@@ -39,6 +39,7 @@ class DecisionPublisher:
             or d.offload != choice.offload
             or d.hold_steps != choice.hold_steps
             or d.hold_by_drafter != choice.hold_by_drafter
+            or d.hold_tokens != choice.hold_tokens
             or _rule_moved(d, choice)
             or d.desired_workers != self.desired_workers
         )
@@ -67,6 +68,7 @@ class DecisionPublisher:
             acceptance_hi={k: round(float(v), 4) for k, v in choice.acceptance_hi.items()},
             hold_steps=choice.hold_steps,
             hold_by_drafter=dict(choice.hold_by_drafter),
+            hold_tokens=choice.hold_tokens,
             desired_workers=dict(self.desired_workers),
             valid_for_s=self.valid_for_s,
             note=note,

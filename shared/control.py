@@ -176,6 +176,10 @@ class Decision(Message):
     hold_by_drafter: dict[DrafterName, Annotated[int, Field(ge=1, le=1 << 16)]] = Field(
         default_factory=dict, max_length=64
     )
+    # The drafter's catch-up, in tokens, that ``hold_by_drafter``'s K is computed for: a
+    # sequence the drafter is only L < ``hold_tokens`` tokens behind (its catch-up is that much
+    # smaller) waits ⌈K · L / hold_tokens⌉ steps, at least 1. 0: K whatever the lag.
+    hold_tokens: int = Field(default=0, ge=0, le=1 << 20)
 
     @field_validator("step_costs")
     @classmethod

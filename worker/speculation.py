@@ -31,6 +31,7 @@ def plan_from(decision: Decision) -> SpeculationPlan:
         acceptance_hi=dict(decision.acceptance_hi),
         hold_steps=decision.hold_steps,
         hold_by_drafter=dict(decision.hold_by_drafter),
+        hold_tokens=decision.hold_tokens,
     )
 
 

@@ -40,6 +40,7 @@ class Choice:
     acceptance_hi: dict[str, float] = field(default_factory=dict)
     hold_steps: int = 1
     hold_by_drafter: dict[str, int] = field(default_factory=dict)
+    hold_tokens: int = 0  # the catch-up length hold_by_drafter's K is for (0: K whatever the lag)
     offload: bool = False
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)

@@ -192,6 +192,7 @@ def test_each_drafter_holds_for_its_own_switching_cost() -> None:
     assert by["head"] == math.ceil(64 * 0.001 / (0.05 * 0.05)) == 26  # 64 tokens ≤ 5 % of K plain steps
     choice = pol.decide(0.0)
     assert choice.hold_by_drafter == by and choice.hold_steps == 26
+    assert choice.hold_tokens == 64  # K is for that catch-up: the workers scale it by the lag
 
 
 def test_the_services_time_between_steps_is_part_of_every_step_as_served() -> None:

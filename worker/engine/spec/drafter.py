@@ -95,6 +95,11 @@ class Drafter(ABC):
         """Device bytes of its own KV pool (0 without one)."""
         return 0
 
+    def lag(self, seq: Sequence) -> int:
+        """Tokens of ``seq`` this drafter would catch up on before drafting for it (0: none;
+        a drafter that keeps no state per sequence never lags)."""
+        return 0
+
     @abstractmethod
     def catch_up(self, seqs: list[Sequence]) -> CatchUp:
         """Process every sequence's tokens up to (not including) its last one."""

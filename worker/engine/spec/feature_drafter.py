@@ -125,6 +125,9 @@ class FeatureDrafter(ModelDrafter):
 
     # ------------------------------------------------------------------ the Drafter API
 
+    def lag(self, seq: Sequence) -> int:
+        return self.pending_rows(seq.request_id)
+
     def catch_up(self, seqs: list[Sequence]) -> CatchUp:
         out, jobs = CatchUp(), []
         for seq in seqs:

@@ -57,6 +57,9 @@ class ModelDrafter(Drafter):
 
     # ------------------------------------------------------------------ the Drafter API
 
+    def lag(self, seq: Sequence) -> int:
+        return max(len(seq.token_ids) - 1 - self.computed.get(seq.request_id, 0), 0)
+
     def catch_up(self, seqs: list[Sequence]) -> CatchUp:
         out, jobs = CatchUp(), []
         for seq in seqs:

@@ -35,7 +35,14 @@ less time per token. K comes from the switching cost (the planner sets it) of th
 switched into (``SpeculationPlan.hold_by_drafter``: its catch-up, amortised), else
 ``SpeculationPlan.hold_steps``; n-gram and plain decoding catch up on nothing, so a switch into
 them waits the least K. (Keying K on the pair left instead held plain decoding for a head's K:
-32 steps on nj-target, where n-gram's runs on code come and go within 10.)
+32 steps on nj-target, where n-gram's runs on code come and go within 10.) K is for a catch-up
+of ``SpeculationPlan.hold_tokens`` tokens; a drafter only L tokens behind the sequence (its
+``Drafter.lag``: left a few steps ago, or kept up by its scores) waits ⌈K · L / hold_tokens⌉.
+Plain decoding and n-gram are one family for the hold: the steps a sequence spends flipping
+between them count toward K together (n-gram proposes on one step and not the next: counted
+per pair, the flips reset K's count and the sequence never got back to a model drafter — on
+nj-target's stories it drafted with the prose model on 2 % of its drafted steps although that
+drafter was 1.44× plain decoding there).
 
 Speculation costs nothing where it cannot pay: ``CostRule.could_pay`` is false at a batch size
 where no drafter beats a plain step even at its highest plausible acceptance
@@ -45,6 +52,7 @@ features over and judges no n-gram lookahead (speculator.py).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 
@@ -146,6 +154,7 @@ class CostRule:
         self.hi = {n: plan.acceptance_hi.get(n, self.prior.get(n, DEFAULT_ACCEPTANCE)) for n in names}
         self.hold = plan.hold_steps
         self.hold_by = dict(plan.hold_by_drafter)
+        self.hold_tokens = plan.hold_tokens
         self._at: tuple[int, float, dict[str, list[float]]] | None = None  # the last batch's costs
 
     def _costs(self, batch: int) -> tuple[float, dict[str, list[float]]]:
@@ -208,25 +217,35 @@ class CostRule:
             for g in range(1, self.gamma_max + 1)
         )
 
-    def k_into(self, drafter: str | None) -> int:
+    def k_into(self, drafter: str | None, lag: int | None = None) -> int:
         """K of a switch into ``drafter``'s pair (None: plain decoding): the steps the held
         pair must have run first. A switch costs the catch-up of the drafter switched into, so
-        its own K (``hold_by``); plain decoding catches up on nothing: the least K there is
-        (``hold`` where the plan names none), as n-gram's."""
-        if drafter is not None:
-            return self.hold_by.get(drafter, self.hold)
-        return min(self.hold_by.values(), default=self.hold)
+        its own K (``hold_by``), for a catch-up of ``hold_tokens`` tokens; ``lag``: the tokens
+        it is behind the sequence, K in proportion (at least 1). Plain decoding catches up on
+        nothing: the least K there is (``hold`` where the plan names none), as n-gram's."""
+        if drafter is None:
+            return min(self.hold_by.values(), default=self.hold)
+        k = self.hold_by.get(drafter, self.hold)
+        if lag is None or self.hold_tokens <= 0:
+            return k
+        return max(1, math.ceil(k * min(max(lag, 0), self.hold_tokens) / self.hold_tokens))
 
     def choose(
-        self, spec: SeqSpec, batch: int, allowed: Seq[str], proposals: dict[str, int] | None = None
+        self,
+        spec: SeqSpec,
+        batch: int,
+        allowed: Seq[str],
+        proposals: dict[str, int] | None = None,
+        lags: dict[str, int] | None = None,
     ) -> tuple[str | None, int]:
         """This step's pair for one sequence: the best one, unless the held one has run fewer
-        than K steps of a switch into the best one's drafter (``k_into``) in the same
-        batch-size class or is within ``MARGIN`` of it. ``proposals``: each model-free
-        drafter's proposal length for the sequence now; such a drafter is chosen only at a γ it
-        proposes, and between it and plain decoding, which cost no catch-up, nothing waits K
-        (its proposals come and go from one step to the next)."""
-        proposals = proposals or {}
+        than K steps of a switch into the best one's drafter (``k_into``, at its ``lags``
+        entry: the tokens it is behind) in the same batch-size class or is within ``MARGIN``
+        of it. ``proposals``: each model-free drafter's proposal length for the sequence now;
+        such a drafter is chosen only at a γ it proposes, and between it and plain decoding,
+        which cost no catch-up, nothing waits K (its proposals come and go from one step to
+        the next) and the count of steps held goes on (one family)."""
+        proposals, lags = proposals or {}, lags or {}
         alphas = {d: spec.alpha(d, self.prior) for d in self.drafters}
         drafter, gamma, loss = self.best(batch, alphas, allowed, spec, proposals)
         cls = batch_class(batch)
@@ -237,16 +256,17 @@ class CostRule:
         if held_gamma == 0:
             current = None
         valid = current is None or (current in allowed and held_gamma <= self.gamma_max)
+        free = {None, *proposals}
         same = (drafter, gamma) == (current, held_gamma)
         if not same and valid and cls == spec.batch_class and spec.held > 0:
             held = spec.run_tokens(current, held_gamma) if current is not None else None
             held_loss = self.loss(batch, current, held_gamma, alphas.get(current or "", 0.0), held)
-            free = {None, *proposals}
-            k = 1 if current in free and drafter in free else self.k_into(drafter)
+            k = 1 if current in free and drafter in free else self.k_into(drafter, lags.get(drafter or ""))
             if spec.held < k or loss > held_loss * (1.0 - MARGIN):
                 drafter, gamma = current, held_gamma
                 same = True
-        if same and cls == spec.batch_class:
+        family = same or (current in free and drafter in free) or (drafter == current and valid)
+        if family and cls == spec.batch_class:
             spec.held += 1
         else:
             spec.held = 1

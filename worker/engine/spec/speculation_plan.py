@@ -8,7 +8,7 @@ planner's message itself. The plan holds exactly what the engine reads:
   or, in per-request scope, each sequence's own learner over the drafters (``drafter_scope``,
   ``request_learner``, ``request_discount``, ``drafter_costs``: spec/router.py);
 - the cost rule's inputs (``step_costs``, ``acceptance``, ``acceptance_hi``, ``hold_steps``,
-  ``hold_by_drafter``:
+  ``hold_by_drafter``, ``hold_tokens``:
   spec/plan.py ``CostRule``); with step costs the cost rule decides and the γ table only
   describes;
 - which drafters to score (``score_drafters``) and which to leave out (``skip_drafters``);
@@ -48,6 +48,7 @@ class SpeculationPlan:
     acceptance_hi: Mapping[str, float] = field(default_factory=dict)  # its plausible highest
     hold_steps: int = 1
     hold_by_drafter: Mapping[str, int] = field(default_factory=dict)  # K to switch into it (else hold_steps)
+    hold_tokens: int = 0  # the catch-up length that K is for: K scales with a drafter's lag (0: it does not)
 
     def gamma_for(self, batch_size: int) -> int:
         """γ of the bucket holding ``batch_size`` (the last bucket covers every larger batch)."""

@@ -129,10 +129,13 @@ class Speculator:
             out.prompt_seconds, out.prompts_scored = time.perf_counter() - t0, len(new)
         assert out.lookahead is not None
         batch = len(decoding)
-        free = [d for d in self.pool.drafters.values() if isinstance(d, NgramDrafter) and d.name in allowed]
+        usable = [d for d in self.pool.drafters.values() if d.name in allowed]
+        free = [d for d in usable if isinstance(d, NgramDrafter)]
+        models = [d for d in usable if not isinstance(d, NgramDrafter)]
         for seq in decoding:
             proposals = {d.name: d.proposal_length(seq, rule.gamma_max) for d in free}
-            name, gamma = rule.choose(seq.spec, batch, allowed, proposals)
+            lags = {d.name: d.lag(seq) for d in models}
+            name, gamma = rule.choose(seq.spec, batch, allowed, proposals, lags)
             gamma = min(gamma, self.max_gamma)
             if name is not None and gamma > 0:
                 out.lookahead[seq.request_id], out.drafters[seq.request_id] = gamma, name

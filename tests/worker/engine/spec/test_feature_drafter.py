@@ -87,9 +87,10 @@ def test_catch_up_and_prefix_start(target_dir: Path, tmp_path: Path) -> None:
     s = seq(tokens[:25])
     d.observe("a", 0, feats[:10])
     d.observe("a", 10, feats[10:24])  # γ = 0 steps: the features wait
-    assert d.pending_rows("a") == 24
+    assert d.pending_rows("a") == 24 and d.lag(s) == 24
     done = d.catch_up([s])
     assert done.tokens == 23 and done.batch_size == 1
+    assert d.lag(s) <= 1  # at most the newest row, waiting for its next token
     assert d.propose([s], [2]).tokens[0] == head_chain(head, feats, tokens, 25, 2)
     # A sequence whose first features start late (a prefix hit): its context starts there.
     d.observe("p", 8, feats[8:24])

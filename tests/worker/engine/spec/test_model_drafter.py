@@ -44,7 +44,9 @@ def test_catch_up_then_score_predicts_the_models_argmax(spec_models: dict[str, P
     path = spec_models["rand-a"]
     drafter = make_drafter(path, max_tokens=5)
     s = seq("a", PROMPTS[0])
+    assert drafter.lag(s) == len(PROMPTS[0]) - 1  # what a switch into it would catch up on
     done = drafter.catch_up([s])
+    assert drafter.lag(s) == 0
     assert (done.batch_size, done.tokens, done.input_len) == (1, len(PROMPTS[0]) - 1, len(PROMPTS[0]))
     assert drafter.catch_up([s]).tokens == 0
     start = len(s.token_ids)

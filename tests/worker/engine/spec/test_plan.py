@@ -111,6 +111,43 @@ def test_a_switch_waits_the_k_of_the_drafter_it_switches_into() -> None:
         assert steps == limit and spec.drafter == into, (held, into)
 
 
+def test_a_switch_into_a_drafter_few_tokens_behind_waits_k_in_proportion() -> None:
+    """K is for a catch-up of ``hold_tokens`` tokens: a drafter 8 of 64 tokens behind waits
+    an eighth of its K (at least 1 step), one 64 or more behind its whole K; without
+    ``hold_tokens`` (an older planner) K whatever the lag."""
+    update = {"hold_by_drafter": {"ngram": 2, CODE: 16}, "hold_tokens": 64}
+    rule = CostRule(plan_from(_decision(hold=6).model_copy(update=update)))
+    assert [rule.k_into(CODE, lag) for lag in (None, 0, 8, 32, 64, 500)] == [16, 1, 2, 8, 16, 16]
+    assert rule.k_into(None, 3) == 2  # plain decoding: the least K, nothing to catch up
+    old = CostRule(plan_from(_decision(hold=6).model_copy(update={"hold_by_drafter": {CODE: 16}})))
+    assert old.k_into(CODE, 8) == 16
+    low = {d: [1.0, 50.0] for d in DRAFTERS}
+    for lag, limit in ((8, 2), (64, 16)):
+        spec = SeqSpec(counts=low | {PROSE: [45.0, 50.0]})
+        assert rule.choose(spec, 1, DRAFTERS, lags={CODE: lag})[0] == PROSE
+        spec.counts = low | {CODE: [45.0, 50.0]}  # now the code drafter is far better
+        steps = 1
+        while rule.choose(spec, 1, DRAFTERS, lags={CODE: lag})[0] == PROSE:
+            steps += 1
+        assert steps == limit and spec.drafter == CODE, (lag, steps)
+
+
+def test_flips_between_plain_decoding_and_ngram_count_toward_a_model_drafters_k() -> None:
+    """n-gram proposes on one step and not the next; the sequence flips between it and plain
+    decoding at once, and those steps count toward the K of a switch into a model drafter
+    together (counted per pair, every flip restarted the count and the model drafter that
+    pays between n-gram's runs was never reached)."""
+    low = {"acceptance": dict.fromkeys(DRAFTERS, 0.1)}
+    rule = CostRule(plan_from(_decision(hold=6).model_copy(update=low)))
+    spec = SeqSpec()
+    for _ in range(int(plan.RUNS_MIN) + 2):
+        spec.judged("ngram", 4, proposed=4, depth=4)  # its proposals are always right
+    spec.counts = {CODE: [45.0, 50.0]}  # and the code drafter pays where n-gram proposes nothing
+    pairs = [rule.choose(spec, 1, DRAFTERS, {"ngram": 4 if i % 2 == 0 else 0}) for i in range(8)]
+    assert pairs[:6] == [("ngram", 4), (None, 0)] * 3, pairs
+    assert pairs[6][0] == "ngram" and pairs[7][0] == CODE, pairs  # K = 6 steps of the family
+
+
 def test_a_sequences_acceptance_starts_at_the_prior_and_follows_its_own_verifications() -> None:
     spec = SeqSpec()
     prior = {CODE: 0.3}
