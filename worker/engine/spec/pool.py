@@ -19,6 +19,7 @@ costs no catch-up. ``every`` bounds the cost: score on every k-th speculative st
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 
 import torch
 
@@ -138,14 +139,19 @@ class DrafterPool:
                 out[i][d.name] = (hits, len(verified[i]))
         return out
 
-    def prompt_hits(self, seqs: list[Sequence], starts: list[int]) -> list[dict[str, tuple[float, int]]]:
-        """Per sequence, every drafter's greedy agreement with the tokens at positions
-        ``starts[i] ..`` (teacher-forced: the last prompt tokens and the first output token of a
-        sequence about to draft; the cost rule's prior, plan.py). A model drafter's position
-        without a prediction (no features there) is not counted, nor a model-free drafter's
-        empty proposal (the cost rule takes it only where it proposes, plan.py)."""
+    def prompt_hits(
+        self, seqs: list[Sequence], starts: list[int], names: Collection[str] | None = None
+    ) -> list[dict[str, tuple[float, int]]]:
+        """Per sequence, each drafter's (``names``; None: every one) greedy agreement with the
+        tokens at positions ``starts[i] ..`` (teacher-forced: the last prompt tokens and the
+        first output token of a sequence about to draft; the cost rule's prior, plan.py). A
+        model drafter's position without a prediction (no features there) is not counted, nor
+        a model-free drafter's empty proposal (the cost rule takes it only where it proposes,
+        plan.py)."""
         out: list[dict[str, tuple[float, int]]] = [{} for _ in seqs]
         for d in self.drafters.values():
+            if names is not None and d.name not in names:
+                continue
             scores = d.score(seqs, starts)
             for i, (seq, s) in enumerate(zip(seqs, starts, strict=True)):
                 pairs = list(zip(scores.tokens[i], seq.token_ids[s:], strict=False))

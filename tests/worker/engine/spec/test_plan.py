@@ -288,6 +288,41 @@ def test_nothing_speculative_runs_where_no_drafter_can_pay(monkeypatch: pytest.M
     assert calls == {"feed": 0, "ngram": 0, "judge": 0}
 
 
+def test_a_drafter_that_cannot_pay_at_the_batch_size_is_not_scored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """n-gram's steps are cheap and the model drafters' dear at every batch size (so
+    speculative work runs, for n-gram): the prompts are scored by n-gram only (a model
+    drafter's score is a forward over the whole prompt) and no model drafter is scored
+    counterfactually while n-gram drafts; output stays the target's."""
+    feeds = {"n": 0}
+    feed = ModelDrafter._feed
+
+    def counted(self: ModelDrafter, jobs: list) -> list:  # type: ignore[type-arg]
+        feeds["n"] += 1
+        return feed(self, jobs)
+
+    cheap, dear = _costs(cheap_upto=64), _costs(cheap_upto=0)
+    costs = [
+        StepCosts(
+            batch=c.batch,
+            plain_s=c.plain_s,
+            spec_s={"ngram": c.spec_s["ngram"]} | {d: d_.spec_s[d] for d in (CODE, PROSE)},
+        )
+        for c, d_ in zip(cheap, dear, strict=True)
+    ]
+    decision = _decision(version=2).model_copy(update={"step_costs": costs})
+    engine = _engine()
+    prompts = {f"r{i}": p for i, p in enumerate((CODE_PROMPTS + STORY_PROMPTS) * 2)}
+    reference, _ = _drain(engine, prompts, Decision(version=1, policy="t", gamma_table=[(ALL_BATCHES, 0)]))
+    monkeypatch.setattr(ModelDrafter, "_feed", counted)
+    got, seen = _drain(engine, prompts, decision)
+    assert got == reference
+    steps = seen["steps"]
+    assert sum(s.prompts_scored for s in steps) == len(prompts)
+    assert sum(s.drafter_shares.get("ngram", 0) for s in steps) > 0  # n-gram drafted
+    assert feeds["n"] == 0  # no model drafter forward: not scored, not drafting
+    assert not any(set(s.counterfactual) & {CODE, PROSE} for s in steps)
+
+
 def test_a_drafter_failing_on_a_prompt_costs_no_request(monkeypatch: pytest.MonkeyPatch) -> None:
     """Prompt scoring runs drafter forwards before the step's isolated phases: a drafter that
     raises there resets the drafters, the sequences start from the prior, and the output is
@@ -298,7 +333,7 @@ def test_a_drafter_failing_on_a_prompt_costs_no_request(monkeypatch: pytest.Monk
     prompts = {f"code-{i}": p for i, p in enumerate(CODE_PROMPTS)}
     reference, _ = _drain(engine, prompts, Decision(version=1, policy="t", gamma_table=[(ALL_BATCHES, 0)]))
 
-    def broken(self: DrafterPool, seqs: list, starts: list) -> list:  # type: ignore[type-arg]
+    def broken(self: DrafterPool, seqs: list, starts: list, names: object = None) -> list:  # type: ignore[type-arg]
         raise RuntimeError("a drafter bug")
 
     monkeypatch.setattr(DrafterPool, "prompt_hits", broken)
