@@ -42,7 +42,11 @@ Plain decoding and n-gram are one family for the hold: the steps a sequence spen
 between them count toward K together (n-gram proposes on one step and not the next: counted
 per pair, the flips reset K's count and the sequence never got back to a model drafter — on
 nj-target's stories it drafted with the prose model on 2 % of its drafted steps although that
-drafter was 1.44× plain decoding there).
+drafter was 1.44× plain decoding there). Both hold for a model drafter only, whose catch-up
+restores it exactly (its own KV): a feature head that missed a stretch restarts its context
+and drafts worse for a while after, so it keeps its whole K, counted over the held pair (on
+SmolLM2's one-user code, entered that often, the heads drafted 1.35–1.43 tokens a γ 2 step
+where static γ 2 drafts 2.29).
 
 Speculation costs nothing where it cannot pay: ``CostRule.could_pay`` is false at a batch size
 where no drafter beats a plain step even at its highest plausible acceptance
@@ -81,6 +85,7 @@ class SeqSpec:
     drafter: str | None = None
     gamma: int = 0
     held: int = 0  # steps the current pair has run
+    family_held: int = 0  # steps since its drafter last changed, flips between plain and n-gram not counted
     batch_class: int = 0
     prompt_scored: bool = False
     verifications: int = 0
@@ -239,12 +244,14 @@ class CostRule:
         lags: dict[str, int] | None = None,
     ) -> tuple[str | None, int]:
         """This step's pair for one sequence: the best one, unless the held one has run fewer
-        than K steps of a switch into the best one's drafter (``k_into``, at its ``lags``
-        entry: the tokens it is behind) in the same batch-size class or is within ``MARGIN``
-        of it. ``proposals``: each model-free drafter's proposal length for the sequence now;
-        such a drafter is chosen only at a γ it proposes, and between it and plain decoding,
-        which cost no catch-up, nothing waits K (its proposals come and go from one step to
-        the next) and the count of steps held goes on (one family)."""
+        than K steps of a switch into the best one's drafter (``k_into``) in the same
+        batch-size class or is within ``MARGIN`` of it. ``proposals``: each model-free
+        drafter's proposal length for the sequence now; such a drafter is chosen only at a γ it
+        proposes, and between it and plain decoding, which cost no catch-up, nothing waits K
+        (its proposals come and go from one step to the next). ``lags``: the tokens each
+        drafter that catches up exactly (a model drafter) is behind; a switch into one waits K
+        in proportion, counted over the steps since the sequence's drafter last changed
+        (flips between plain decoding and n-gram count together: one family)."""
         proposals, lags = proposals or {}, lags or {}
         alphas = {d: spec.alpha(d, self.prior) for d in self.drafters}
         drafter, gamma, loss = self.best(batch, alphas, allowed, spec, proposals)
@@ -261,14 +268,17 @@ class CostRule:
         if not same and valid and cls == spec.batch_class and spec.held > 0:
             held = spec.run_tokens(current, held_gamma) if current is not None else None
             held_loss = self.loss(batch, current, held_gamma, alphas.get(current or "", 0.0), held)
+            # a drafter with a lag catches up exactly (a model drafter: its own KV): K in
+            # proportion, counted over the family; a feature head's context restarts after a
+            # stretch it missed, so its K stays whole and counts the held pair's steps only
+            exact = drafter is not None and drafter in lags
             k = 1 if current in free and drafter in free else self.k_into(drafter, lags.get(drafter or ""))
-            if spec.held < k or loss > held_loss * (1.0 - MARGIN):
+            if (spec.family_held if exact else spec.held) < k or loss > held_loss * (1.0 - MARGIN):
                 drafter, gamma = current, held_gamma
                 same = True
         family = same or (current in free and drafter in free) or (drafter == current and valid)
-        if family and cls == spec.batch_class:
-            spec.held += 1
-        else:
-            spec.held = 1
+        kept = cls == spec.batch_class
+        spec.held = spec.held + 1 if same and kept else 1
+        spec.family_held = spec.family_held + 1 if family and kept else 1
         spec.drafter, spec.gamma, spec.batch_class = drafter, gamma, cls
         return drafter, gamma

@@ -44,8 +44,10 @@ from worker.engine.records import Drafted, DraftRound, Verified
 from worker.engine.scheduler import Scheduled
 from worker.engine.sequence import Sequence
 from worker.engine.spec.drafter import Drafter
+from worker.engine.spec.feature_drafter import FeatureDrafter
 from worker.engine.spec.lookahead import DEPTH, LookaheadJudge
 from worker.engine.spec.memory import ElasticMemory
+from worker.engine.spec.model_drafter import ModelDrafter
 from worker.engine.spec.ngram import NgramDrafter
 from worker.engine.spec.plan import PROMPT_POSITIONS, PROMPT_WEIGHT, CostRule
 from worker.engine.spec.pool import DrafterPool, pooled
@@ -138,7 +140,7 @@ class Speculator:
         batch = len(decoding)
         usable = [d for d in self.pool.drafters.values() if d.name in allowed]
         free = [d for d in usable if isinstance(d, NgramDrafter)]
-        models = [d for d in usable if not isinstance(d, NgramDrafter)]
+        models = [d for d in usable if isinstance(d, ModelDrafter) and not isinstance(d, FeatureDrafter)]
         for seq in decoding:
             proposals = {d.name: d.proposal_length(seq, rule.gamma_max) for d in free}
             lags = {d.name: d.lag(seq) for d in models}

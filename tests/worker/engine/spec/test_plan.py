@@ -136,16 +136,22 @@ def test_flips_between_plain_decoding_and_ngram_count_toward_a_model_drafters_k(
     """n-gram proposes on one step and not the next; the sequence flips between it and plain
     decoding at once, and those steps count toward the K of a switch into a model drafter
     together (counted per pair, every flip restarted the count and the model drafter that
-    pays between n-gram's runs was never reached)."""
+    pays between n-gram's runs was never reached). Not toward a feature head's."""
     low = {"acceptance": dict.fromkeys(DRAFTERS, 0.1)}
     rule = CostRule(plan_from(_decision(hold=6).model_copy(update=low)))
     spec = SeqSpec()
     for _ in range(int(plan.RUNS_MIN) + 2):
         spec.judged("ngram", 4, proposed=4, depth=4)  # its proposals are always right
     spec.counts = {CODE: [45.0, 50.0]}  # and the code drafter pays where n-gram proposes nothing
-    pairs = [rule.choose(spec, 1, DRAFTERS, {"ngram": 4 if i % 2 == 0 else 0}) for i in range(8)]
+    head = SeqSpec(counts=dict(spec.counts), runs={k: list(v) for k, v in spec.runs.items()})
+    lags = {CODE: 64}  # a model drafter 64 tokens behind: its whole K (6)
+    pairs = [rule.choose(spec, 1, DRAFTERS, {"ngram": 4 if i % 2 == 0 else 0}, lags) for i in range(8)]
     assert pairs[:6] == [("ngram", 4), (None, 0)] * 3, pairs
     assert pairs[6][0] == "ngram" and pairs[7][0] == CODE, pairs  # K = 6 steps of the family
+    # a drafter without a lag (a feature head, whose context restarts) counts the held pair's
+    # steps only: flipping every step, the sequence never holds one pair for its K
+    flips = [rule.choose(head, 1, DRAFTERS, {"ngram": 4 if i % 2 == 0 else 0}) for i in range(12)]
+    assert CODE not in {d for d, _ in flips}, flips
 
 
 def test_a_sequences_acceptance_starts_at_the_prior_and_follows_its_own_verifications() -> None:
