@@ -122,13 +122,13 @@ class Speculator:
         skip = self._plan.skip_drafters
         allowed = [d for d in rule.drafters if d in self.pool.drafters and d not in skip]
         gate = max(len(decoding), running, 1)
-        self._active = rule.could_pay(gate, allowed)
-        if not self._active or not decoding:
-            return SpecChoice()
         # Only the drafters that could pay at this batch size are scored, on prompts and
         # counterfactually: the others are not chosen here, and a model drafter's score is a
         # forward over what it has not seen (at 32 users on nj-target, 1–3 ms of a 20 ms step).
         payers = [d for d in allowed if rule.could_pay(gate, [d])]
+        self._active = bool(payers)
+        if not self._active or not decoding:
+            return SpecChoice()
         self._unpaying = frozenset(allowed) - frozenset(payers)
         out = SpecChoice(lookahead={})
         new = [s for s in decoding if not s.spec.prompt_scored]
