@@ -116,6 +116,13 @@ class Drafter(ABC):
     def score(self, seqs: list[Sequence], starts: list[int]) -> Scores:
         """Predictions for the tokens at positions ``starts[i] .. len − 1`` of each sequence."""
 
+    def score_prompt(self, seqs: list[Sequence], starts: list[int]) -> Scores:
+        """``score`` for sequences about to draft for the first time (the prompt prior,
+        plan.py): predictions for positions ``starts[i] ..`` from what the prompt says there.
+        By default ``score`` itself; a drafter whose ``score`` would catch it up on the whole
+        prompt may read less of it (ModelDrafter)."""
+        return self.score(seqs, starts)
+
     @abstractmethod
     def free(self, seq_id: str) -> None:
         """Drop the sequence's state (finished, aborted or preempted)."""

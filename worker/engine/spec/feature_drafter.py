@@ -200,6 +200,11 @@ class FeatureDrafter(ModelDrafter):
             logits.append(None if seq.params.greedy else self._full(lg))
         return Scores(tokens, logits)
 
+    def score_prompt(self, seqs: list[Sequence], starts: list[int]) -> Scores:
+        """``score`` in place: a head reads the target's features of the prompt, handed over
+        at prefill, and restarts its context where it skips a stretch (no scratch window)."""
+        return self.score(seqs, starts)
+
     def free(self, seq_id: str) -> None:
         self.free_cache(seq_id)
         self._forget(seq_id)

@@ -152,7 +152,7 @@ class DrafterPool:
         for d in self.drafters.values():
             if names is not None and d.name not in names:
                 continue
-            scores = d.score(seqs, starts)
+            scores = d.score_prompt(seqs, starts)
             for i, (seq, s) in enumerate(zip(seqs, starts, strict=True)):
                 pairs = list(zip(scores.tokens[i], seq.token_ids[s:], strict=False))
                 judged = [(p, t) for p, t in pairs if p >= 0]

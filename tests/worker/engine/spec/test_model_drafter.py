@@ -13,6 +13,7 @@ from tests.worker.engine.spec.drafting import make_drafter, seq
 from tests.worker.engine.tiny import hf_greedy, hf_model
 from worker.engine.keyed import keyed_draw
 from worker.engine.sampler import filtered_probs
+from worker.engine.spec.model_drafter import PROMPT_CONTEXT
 
 
 def test_greedy_drafts_are_the_models_own_continuation(spec_models: dict[str, Path]) -> None:
@@ -98,3 +99,27 @@ def test_sampled_drafts_come_with_their_distribution(spec_models: dict[str, Path
             row = hf(torch.tensor([tokens])).logits[0, -1:]
         tokens += keyed_draw(filtered_probs(row, [seeded]), [3], [pos])
     assert runs[0] == tokens[len(PROMPTS[4]) :]
+
+
+def test_the_prompt_prior_reads_a_window_of_a_long_prompt_and_keeps_nothing(
+    spec_models: dict[str, Path],
+) -> None:
+    """A long prompt is scored from the ``PROMPT_CONTEXT`` tokens before its scored positions,
+    the model's own argmax on that window alone, in a scratch entry dropped after: the drafter
+    stays as far behind as before (a switch into it pays the catch-up). A short one is scored
+    in place, exactly as ``score``, and kept."""
+    path = spec_models["rand-a"]
+    drafter = make_drafter(path, max_tokens=16)
+    tokens = [(7 * i + 3) % 90 + 2 for i in range(PROMPT_CONTEXT + 40)]
+    long, short = seq("long", tokens), seq("short", tokens[:20])
+    start = len(tokens) - 8
+    scores = drafter.score_prompt([long, short], [start, 12])
+    window = tokens[start - 1 - PROMPT_CONTEXT : -1]
+    with torch.inference_mode():
+        alone = hf_model(path)(torch.tensor([window])).logits[0, -8:]
+        whole = hf_model(path)(torch.tensor([tokens[:20]])).logits[0, 11:-1]
+    assert scores.tokens == [alone.argmax(-1).tolist(), whole.argmax(-1).tolist()]
+    assert drafter.lag(long) == len(tokens) - 1 and drafter.lag(short) == 0
+    assert set(drafter.computed) == {"short"} and set(drafter.blocks.tables) == {"short"}
+    drafter.free("short")
+    assert drafter.blocks.num_free_blocks == drafter.num_blocks
