@@ -25,8 +25,15 @@ class DecisionPublisher:
         # later version's latest could be overwritten by an earlier one's.
         self._lock = anyio.Lock()
 
-    def changed(self, choice: Choice, policy: str) -> bool:
-        """Would publishing ``choice`` tell the workers something new?"""
+    def rule_moved(self, choice: Choice) -> bool:
+        """Only the cost rule's numbers moved (step costs by > 3 %, an acceptance by > 0.03):
+        news, but not urgent — served step costs jitter that much step to step at one user,
+        and published on every move they made 14 decisions a second on nj-target (the service
+        publishes such a move at most every ``rule_publish_s``)."""
+        return self.last is None or _rule_moved(self.last, choice)
+
+    def reshaped(self, choice: Choice, policy: str) -> bool:
+        """Anything but the cost rule's numbers changed: what runs, where, or how it is held."""
         d = self.last
         return d is None or (
             d.policy != policy
@@ -40,7 +47,7 @@ class DecisionPublisher:
             or d.hold_steps != choice.hold_steps
             or d.hold_by_drafter != choice.hold_by_drafter
             or d.hold_tokens != choice.hold_tokens
-            or _rule_moved(d, choice)
+            or bool(d.step_costs) != bool(choice.step_costs)
             or d.desired_workers != self.desired_workers
         )
 

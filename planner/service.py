@@ -211,7 +211,12 @@ class PlannerService:
         except Exception:
             log.exception("policy %s failed to decide", self.slot.name)
             choice = None
-        if choice is not None and (aging or self.publisher.changed(choice, self.slot.name)):
+        moved = last is None or now - last.created_at >= self.settings.rule_publish_s
+        if choice is not None and (
+            aging
+            or self.publisher.reshaped(choice, self.slot.name)
+            or (moved and self.publisher.rule_moved(choice))
+        ):
             name, cmd_id = self.slot.name, self.slot.command.id
             published = await self.publisher.publish(choice, name, choice.note, cmd_id)
         if time.monotonic() - self._saved_at >= self.settings.state_save_s:

@@ -45,6 +45,12 @@ class PlannerSettings(EnvSettings):
         gt=0,
         description="an unchanged decision is re-published this often; unset: min(10, valid_for/3)",
     )
+    rule_publish_s: float = Field(
+        default=1.0,
+        ge=0,
+        description="a decision whose only news is the cost rule's numbers (step costs, acceptance) is "
+        "published at most this often; any other change at once",
+    )
     state_save_s: float = Field(
         default=5.0, gt=0, description="how often the policy's learned state is persisted"
     )

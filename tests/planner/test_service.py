@@ -15,7 +15,7 @@ from planner.policies.base import Choice, Policy
 from planner.service import PlannerService
 from planner.settings import PlannerSettings
 from shared import codec, keys
-from shared.control import ALL_BATCHES, Decision, PolicyCommand, Telemetry
+from shared.control import ALL_BATCHES, Decision, PolicyCommand, StepCosts, Telemetry
 
 pytestmark = pytest.mark.anyio
 
@@ -84,6 +84,50 @@ async def test_unchanged_decision_is_republished_only_when_aging(r: aioredis.Red
     p.publisher.last = p.publisher.last.model_copy(update={"created_at": time.time() - 11})
     again = await p.decide()
     assert again is not None and again.version == 2 and (await _latest(r)).version == 2
+
+
+class Drifting(Policy):
+    """Test policy: a cost rule whose plain step cost the test moves, and a γ it may change."""
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self.plain_s, self.gamma = 0.010, 0
+
+    def observe(self, t: Telemetry) -> None:
+        pass
+
+    def decide(self, now: float) -> Choice:
+        costs = [StepCosts(batch=1, plain_s=self.plain_s, spec_s={"ngram": [0.012]})]
+        return Choice(gamma_table=[(ALL_BATCHES, self.gamma)], step_costs=costs, acceptance={"ngram": 0.5})
+
+
+async def test_a_move_of_the_cost_rule_alone_is_published_at_most_every_rule_publish_s(
+    r: aioredis.Redis,
+) -> None:
+    """Step costs that jitter by more than 3 % are news, published once a second at most (a
+    decision on every jitter made 14 a second at one user); any other change goes out at once."""
+    p = PlannerService(
+        PlannerSettings(policy="drifting", republish_s=10, rule_publish_s=1.0),
+        redis=r,
+        factory=lambda name, **kw: Drifting(**kw),
+    )
+    first = await p.start()
+    policy = p.slot.policy
+    assert isinstance(policy, Drifting)
+    policy.plain_s = 0.011  # 10 % more: the rule moved
+    assert await p.decide() is None  # within a second of the last decision
+    policy.gamma = 2
+    reshaped = await p.decide()  # what runs changed: at once
+    assert reshaped is not None and reshaped.gamma_for(1) == 2 and reshaped.step_costs[0].plain_s == 0.011
+    policy.plain_s = 0.013
+    assert await p.decide() is None
+    assert p.publisher.last is not None
+    p.publisher.last = p.publisher.last.model_copy(update={"created_at": time.time() - 1.5})
+    moved = await p.decide()  # a second on: the move goes out
+    assert moved is not None and moved.step_costs[0].plain_s == 0.013
+    assert [d.version for d in await _stream(r)] == [first.version, reshaped.version, moved.version]
+    p.publisher.last = moved.model_copy(update={"created_at": time.time() - 1.5})
+    assert await p.decide() is None  # nothing moved: nothing to say until it ages
 
 
 async def test_policy_swaps_live_and_bad_commands_keep_the_old_policy(r: aioredis.Redis) -> None:
