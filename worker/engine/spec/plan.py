@@ -74,7 +74,6 @@ DEFAULT_ACCEPTANCE = 0.5  # a drafter the decision gives no prior for
 RESCORE_EVERY = 16  # a drafting sequence scores the other drafters on every this-many-th verification
 RUNS_DISCOUNT = 0.95  # per judged position, on a sequence's model-free run lengths (~20 positions)
 RUNS_MIN = 6.0  # judged positions (discounted) before a sequence's runs replace E(α, γ)
-PROMPT_MEAN_DISCOUNT = 0.9  # per prompt scored, on a drafter's running mean prompt acceptance
 
 
 @dataclass
@@ -138,43 +137,6 @@ class SeqSpec:
         """Whether this verification scores the other drafters (now and then: the prompt
         ranked them already)."""
         return self.verifications % RESCORE_EVERY == RESCORE_EVERY - 1
-
-
-class PromptCentre:
-    """The prompt prior as a shift from the planner's: a prompt counts at the drafter's prior
-    acceptance plus how far its teacher-forced acceptance lies from the recent prompts' (a
-    running mean per drafter, discounted ``PROMPT_MEAN_DISCOUNT`` a prompt). Prompt text is
-    not what the target will write: on SmolLM2's chat prompts the chat head agrees with 15 %
-    of the last prompt tokens and 35 % of the answer's drafts (static γ 2), so counted as it
-    measures, every chat request started below its prior for the head and drafted with n-gram
-    or nothing (nightjar 0.959 of static chat head γ 2 at one user). The prompt ranks: a code
-    prompt above the recent prompts' mean for the code drafter starts above its prior; the
-    level is the planner's, learned from drafts."""
-
-    def __init__(self) -> None:
-        self.mean: dict[str, list[float]] = {}  # drafter -> [accepted, judged], discounted
-
-    def centred(
-        self, hits: list[dict[str, tuple[float, int]]], prior: dict[str, float]
-    ) -> list[dict[str, tuple[float, int]]]:
-        """Each sequence's (accepted, judged) per drafter with its acceptance moved to the
-        prior plus its distance from the running mean (this batch's prompts in it first)."""
-        for h in hits:
-            for m in self.mean.values():
-                m[0], m[1] = PROMPT_MEAN_DISCOUNT * m[0], PROMPT_MEAN_DISCOUNT * m[1]
-            for name, (accepted, judged) in h.items():
-                m = self.mean.setdefault(name, [0.0, 0.0])
-                m[0], m[1] = m[0] + accepted, m[1] + judged
-        out: list[dict[str, tuple[float, int]]] = []
-        for h in hits:
-            row = {}
-            for name, (accepted, judged) in h.items():
-                m = self.mean[name]
-                shift = accepted / judged - m[0] / m[1]
-                alpha = min(max(prior.get(name, DEFAULT_ACCEPTANCE) + shift, 0.0), 1.0)
-                row[name] = (alpha * judged, judged)
-            out.append(row)
-        return out
 
 
 def batch_class(batch: int) -> int:

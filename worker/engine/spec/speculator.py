@@ -49,7 +49,7 @@ from worker.engine.spec.lookahead import DEPTH, LookaheadJudge
 from worker.engine.spec.memory import ElasticMemory
 from worker.engine.spec.model_drafter import ModelDrafter
 from worker.engine.spec.ngram import NgramDrafter
-from worker.engine.spec.plan import PROMPT_POSITIONS, PROMPT_WEIGHT, CostRule, PromptCentre
+from worker.engine.spec.plan import PROMPT_POSITIONS, PROMPT_WEIGHT, CostRule
 from worker.engine.spec.pool import DrafterPool, pooled
 from worker.engine.spec.router import DrafterChoice, shared_costs
 from worker.engine.spec.speculation_plan import SpeculationPlan
@@ -96,7 +96,6 @@ class Speculator:
         self._idle = False  # the last decoding step ran γ = 0 (the drafters fell behind)
         self._resumed = False  # this step drafts right after γ = 0: its feedback scores nobody
         self._unpaying: frozenset[str] = frozenset()  # drafters that cannot pay at this batch size
-        self._prompts = PromptCentre()  # the prompt prior's running means (plan.py)
         free = [d for d in pool.drafters.values() if isinstance(d, NgramDrafter)] if pool else []
         self.judge = LookaheadJudge(free, min(DEPTH, max_gamma)) if free and max_gamma > 0 else None
 
@@ -157,9 +156,8 @@ class Speculator:
 
     def _score_prompts(self, seqs: list[Sequence], names: list[str]) -> None:
         """Each of the drafters ``names``' teacher-forced acceptance on the last tokens of each
-        new sequence's prompt (and its first output token), as a shift from the planner's prior
-        (``PromptCentre``), into the sequence's counts at ``PROMPT_WEIGHT`` (a drafter not
-        scored starts from the planner's prior). A drafter
+        new sequence's prompt (and its first output token), into the sequence's counts at
+        ``PROMPT_WEIGHT`` (a drafter not scored starts from the planner's prior). A drafter
         that fails here costs the drafters their state (they catch up again), never a request:
         the sequences start from the planner's prior instead."""
         assert self.pool is not None
@@ -172,7 +170,6 @@ class Speculator:
             )
             self.reset()
             hits = [{} for _ in seqs]
-        hits = self._prompts.centred(hits, self._rule.prior if self._rule is not None else {})
         for seq, h in zip(seqs, hits, strict=True):
             for name, (accepted, judged) in h.items():
                 seq.spec.add(name, accepted, judged, PROMPT_WEIGHT)

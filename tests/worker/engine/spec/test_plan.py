@@ -23,7 +23,7 @@ from worker.engine.spec import plan
 from worker.engine.spec.lookahead import LookaheadJudge
 from worker.engine.spec.model_drafter import ModelDrafter
 from worker.engine.spec.ngram import NgramDrafter
-from worker.engine.spec.plan import CostRule, PromptCentre, SeqSpec
+from worker.engine.spec.plan import CostRule, SeqSpec
 from worker.speculation import apply_decision, plan_from
 
 MODELS = Path(__file__).resolve().parents[4] / "models"
@@ -209,25 +209,6 @@ def test_ngram_is_chosen_at_most_at_the_length_it_proposes_and_leaves_plain_deco
     short = SeqSpec(runs=dict(spec.runs))
     assert rule.choose(short, 1, DRAFTERS, {"ngram": 4}) == ("ngram", 4)
     assert rule.choose(short, 1, DRAFTERS, {"ngram": 3}) == ("ngram", 3)
-
-
-def test_the_prompt_prior_shifts_the_planners_prior_by_the_prompts_distance_from_recent_ones() -> None:
-    """A drafter that agrees with every chat prompt's text at 15 % (its answers' drafts at 35 %,
-    the planner's prior) starts each chat request at its prior, not at 15 %; a prompt it agrees
-    with more than with the recent ones starts above the prior, one it agrees with less below."""
-    centre = PromptCentre()
-    prior = {CODE: 0.35, PROSE: 0.5}
-    for _ in range(20):
-        (got,) = centre.centred([{CODE: (3.6, 24)}], prior)
-        assert got[CODE] == (pytest.approx(0.35 * 24), 24)
-    above, below = centre.centred([{CODE: (12.0, 24)}, {CODE: (0.0, 24)}], prior)
-    assert above[CODE][0] / 24 > 0.35 + 0.2 and below[CODE][0] / 24 < 0.35 - 0.05
-    # the first prompts of a batch rank against each other: a code prompt above a story one
-    fresh = PromptCentre().centred(
-        [{CODE: (12.0, 24), PROSE: (2.0, 24)}, {CODE: (2.0, 24), PROSE: (12.0, 24)}], prior
-    )
-    assert fresh[0][CODE][0] > fresh[1][CODE][0] and fresh[1][PROSE][0] > fresh[0][PROSE][0]
-    assert all(0.0 <= a <= n for row in fresh for a, n in row.values())
 
 
 # ------------------------------------------------------------------ in the engine
