@@ -113,6 +113,7 @@ def nightjar_decision(engine: LLMEngine, model: str, warm: list[list[int]], budg
             version=version, policy="nightjar", gamma_table=c.gamma_table, drafter=c.drafter,
             drafter_scope="request", score_drafters=c.score_drafters, step_costs=c.step_costs,
             acceptance=c.acceptance, acceptance_hi=c.acceptance_hi, hold_steps=c.hold_steps,
+            hold_by_drafter=c.hold_by_drafter, hold_tokens=c.hold_tokens,
         )  # fmt: skip
 
     apply_decision(engine, decision(1))
