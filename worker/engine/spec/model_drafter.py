@@ -126,16 +126,14 @@ class ModelDrafter(Drafter):
         (``Drafter.lag``). Where the catch-up is no longer than the window (a short prompt, or
         a sequence the drafter already holds), the sequence is scored in place and kept."""
         out = Scores([[] for _ in seqs], [None for _ in seqs])
-        near = [
-            i
-            for i, (q, s) in enumerate(zip(seqs, starts, strict=True))
-            if self._behind(q, s) <= PROMPT_CONTEXT
-        ]
+        near: list[int] = []
+        far: list[int] = []
+        for i, (q, s) in enumerate(zip(seqs, starts, strict=True)):
+            (near if self._behind(q, s) <= PROMPT_CONTEXT else far).append(i)
         if near:
             scores = self.score([seqs[i] for i in near], [starts[i] for i in near])
             for j, i in enumerate(near):
                 out.tokens[i], out.logits[i] = scores.tokens[j], scores.logits[j]
-        far = sorted(set(range(len(seqs))) - set(near))
         jobs = [
             _Job(
                 f"{SCRATCH}{i}",

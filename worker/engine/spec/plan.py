@@ -161,6 +161,7 @@ class CostRule:
         self.hold_by = dict(plan.hold_by_drafter)
         self.hold_tokens = plan.hold_tokens
         self._at: tuple[int, float, dict[str, list[float]]] | None = None  # the last batch's costs
+        self._pays: dict[tuple[int, str], bool] = {}  # (batch, drafter) -> could pay (plan-fixed)
 
     def _costs(self, batch: int) -> tuple[float, dict[str, list[float]]]:
         """The plain step and each drafter's step at each γ, at this batch size (kept for the
@@ -214,13 +215,19 @@ class CostRule:
     def could_pay(self, batch: int, allowed: Seq[str]) -> bool:
         """Whether any drafter could beat a plain step at this batch size, at its highest
         plausible acceptance."""
-        plain = self.plain(batch)
-        return any(
-            self.loss(batch, d, g, self.hi[d]) < plain
-            for d in self.drafters
-            if d in allowed
-            for g in range(1, self.gamma_max + 1)
-        )
+        return any(self._could_pay(batch, d) for d in self.drafters if d in allowed)
+
+    def _could_pay(self, batch: int, drafter: str) -> bool:
+        """One drafter's answer, kept: it depends on the plan and the batch size only, and the
+        speculator asks it of every drafter at every step."""
+        key = (batch, drafter)
+        if key not in self._pays:
+            plain = self.plain(batch)
+            hi = self.hi[drafter]
+            self._pays[key] = any(
+                self.loss(batch, drafter, g, hi) < plain for g in range(1, self.gamma_max + 1)
+            )
+        return self._pays[key]
 
     def k_into(self, drafter: str | None, lag: int | None = None) -> int:
         """K of a switch into ``drafter``'s pair (None: plain decoding): the steps the held
