@@ -14,10 +14,14 @@ chat head, in one step).
 A sequence's acceptance per drafter (``SeqSpec``) starts at the planner's prior, counted as
 ``PRIOR_WEIGHT`` positions; before its first draft every drafter is scored teacher-forced on the
 last ``PROMPT_POSITIONS`` tokens of its prompt (one drafter forward over tokens already there:
-HedgeSpec's counterfactual, on the prompt), each position counted ``PROMPT_WEIGHT`` (prompt text
-is not the target's own, so it ranks the drafters more than it measures them); then its own
-verifications (and now and then the other drafters' counterfactuals on them) add up,
-discounted by ``DISCOUNT`` per verification so a sequence that changes domain is followed.
+HedgeSpec's counterfactual, on the prompt), each position counted ``PROMPT_WEIGHT``. Prompt text
+is not the target's own, so the prompt ranks the drafters and the planner sets the level
+(``PromptCentre``): a prompt counts at the prior plus its distance from the recent prompts' mean.
+Then its own verifications (and now and then the other drafters' counterfactuals on them) add
+up, discounted by ``DISCOUNT`` per verification so a sequence that changes domain is followed.
+A sequence that runs γ = 0 verifies nothing; every ``PLAIN_SCORE_EVERY``-th such step the model
+drafters that could pay score its last tokens (speculator.py), so it learns what it would
+have drafted at: without that, a sequence its prompt put on plain decoding stayed there.
 Nothing here is explored: where the prior says a pair loses, it does not run.
 
 A model-free drafter (n-gram) is judged on the sequence's own verified text at every step, γ = 0
@@ -42,11 +46,14 @@ Plain decoding and n-gram are one family for the hold: the steps a sequence spen
 between them count toward K together (n-gram proposes on one step and not the next: counted
 per pair, the flips reset K's count and the sequence never got back to a model drafter — on
 nj-target's stories it drafted with the prose model on 2 % of its drafted steps although that
-drafter was 1.44× plain decoding there). Both hold for a model drafter only, whose catch-up
-restores it exactly (its own KV): a feature head that missed a stretch restarts its context
-and drafts worse for a while after, so it keeps its whole K, counted over the held pair (on
-SmolLM2's one-user code, entered that often, the heads drafted 1.35–1.43 tokens a γ 2 step
-where static γ 2 drafts 2.29).
+drafter was 1.44× plain decoding there). Both hold for every drafter that
+catches up exactly: a model drafter (its own KV) and a feature head, whose lag is the features
+it holds and has not read (feature_drafter.py; past ``MAX_PENDING`` of them its context
+restarts, so its lag never exceeds that). Keyed on the held pair instead, a head was almost
+never entered on SmolLM2's one-user chat: n-gram proposes on one step and not the next, each
+flip restarted the count, and the head's whole K (11–14 steps) never passed (the chat head
+drafted 6 % of nightjar's drafted steps there, where static chat head γ 2 was the best
+configuration).
 
 Speculation costs nothing where it cannot pay: ``CostRule.could_pay`` is false at a batch size
 where no drafter beats a plain step even at its highest plausible acceptance
@@ -74,6 +81,8 @@ DEFAULT_ACCEPTANCE = 0.5  # a drafter the decision gives no prior for
 RESCORE_EVERY = 16  # a drafting sequence scores the other drafters on every this-many-th verification
 RUNS_DISCOUNT = 0.95  # per judged position, on a sequence's model-free run lengths (~20 positions)
 RUNS_MIN = 6.0  # judged positions (discounted) before a sequence's runs replace E(α, γ)
+PLAIN_SCORE_EVERY = 8  # a sequence at γ = 0 scores the model drafters on its last this-many tokens
+PROMPT_MEAN_DISCOUNT = 0.9  # per prompt scored, on a drafter's running mean prompt acceptance
 
 
 @dataclass
@@ -89,6 +98,7 @@ class SeqSpec:
     batch_class: int = 0
     prompt_scored: bool = False
     verifications: int = 0
+    plain_since: int = 0  # γ = 0 steps since the model drafters last scored this sequence
 
     def alpha(self, drafter: str, prior: dict[str, float]) -> float:
         accepted, judged = self.counts.get(drafter, (0.0, 0.0))
@@ -137,6 +147,52 @@ class SeqSpec:
         """Whether this verification scores the other drafters (now and then: the prompt
         ranked them already)."""
         return self.verifications % RESCORE_EVERY == RESCORE_EVERY - 1
+
+    def plain_step(self) -> int:
+        """One γ = 0 step of this sequence: the number of its last tokens the model drafters
+        should score now (0: not yet; every ``PLAIN_SCORE_EVERY``-th such step)."""
+        self.plain_since += 1
+        if self.plain_since < PLAIN_SCORE_EVERY:
+            return 0
+        n, self.plain_since = self.plain_since, 0
+        return n
+
+
+class PromptCentre:
+    """The prompt prior as a shift from the planner's: a prompt counts at the drafter's prior
+    acceptance plus how far its teacher-forced acceptance lies from the recent prompts' (a
+    running mean per drafter, discounted ``PROMPT_MEAN_DISCOUNT`` a prompt). Prompt text is
+    not what the target will write: on SmolLM2's chat prompts the chat head agrees with 15 %
+    of the last prompt tokens and 35 % of the answer's drafts (static γ 2), so counted as it
+    measures, every chat request started below its prior for the head and drafted with n-gram
+    or nothing (nightjar 0.959 of static chat head γ 2 at one user). The prompt ranks: a code
+    prompt above the recent prompts' mean for the code drafter starts above its prior; the
+    level is the planner's, learned from drafts."""
+
+    def __init__(self) -> None:
+        self.mean: dict[str, list[float]] = {}  # drafter -> [accepted, judged], discounted
+
+    def centred(
+        self, hits: list[dict[str, tuple[float, int]]], prior: dict[str, float]
+    ) -> list[dict[str, tuple[float, int]]]:
+        """Each sequence's (accepted, judged) per drafter with its acceptance moved to the
+        prior plus its distance from the running mean (this batch's prompts in it first)."""
+        for h in hits:
+            for m in self.mean.values():
+                m[0], m[1] = PROMPT_MEAN_DISCOUNT * m[0], PROMPT_MEAN_DISCOUNT * m[1]
+            for name, (accepted, judged) in h.items():
+                m = self.mean.setdefault(name, [0.0, 0.0])
+                m[0], m[1] = m[0] + accepted, m[1] + judged
+        out: list[dict[str, tuple[float, int]]] = []
+        for h in hits:
+            row = {}
+            for name, (accepted, judged) in h.items():
+                m = self.mean[name]
+                shift = accepted / judged - m[0] / m[1]
+                alpha = min(max(prior.get(name, DEFAULT_ACCEPTANCE) + shift, 0.0), 1.0)
+                row[name] = (alpha * judged, judged)
+            out.append(row)
+        return out
 
 
 def batch_class(batch: int) -> int:
@@ -256,7 +312,7 @@ class CostRule:
         drafter's proposal length for the sequence now; such a drafter is chosen only at a γ it
         proposes, and between it and plain decoding, which cost no catch-up, nothing waits K
         (its proposals come and go from one step to the next). ``lags``: the tokens each
-        drafter that catches up exactly (a model drafter) is behind; a switch into one waits K
+        drafter that catches up exactly (a model drafter, a feature head) is behind; a switch into one waits K
         in proportion, counted over the steps since the sequence's drafter last changed
         (flips between plain decoding and n-gram count together: one family)."""
         proposals, lags = proposals or {}, lags or {}
@@ -275,9 +331,9 @@ class CostRule:
         if not same and valid and cls == spec.batch_class and spec.held > 0:
             held = spec.run_tokens(current, held_gamma) if current is not None else None
             held_loss = self.loss(batch, current, held_gamma, alphas.get(current or "", 0.0), held)
-            # a drafter with a lag catches up exactly (a model drafter: its own KV): K in
-            # proportion, counted over the family; a feature head's context restarts after a
-            # stretch it missed, so its K stays whole and counts the held pair's steps only
+            # a drafter with a lag catches up exactly (a model drafter's own KV, a feature
+            # head's held features): K in proportion, counted over the family; any other
+            # keeps its whole K and counts the held pair's steps only
             exact = drafter is not None and drafter in lags
             k = 1 if current in free and drafter in free else self.k_into(drafter, lags.get(drafter or ""))
             if (spec.family_held if exact else spec.held) < k or loss > held_loss * (1.0 - MARGIN):

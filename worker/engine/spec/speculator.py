@@ -12,7 +12,9 @@ the drafts that stand and ``rollback`` drops the rejected ones from every drafte
 ``feedback`` computes the acceptance of the active drafter (realised) and, where the plan
 asks for it (``SpeculationPlan.score_drafters``: a policy that learns over the drafters), of every
 other one (counterfactual) for telemetry — but those the planner found dominated
-(``SpeculationPlan.skip_drafters``); a fixed drafter costs no other drafter's forward.
+(``SpeculationPlan.skip_drafters``); a fixed drafter costs no other drafter's forward. Under
+the cost rule a sequence that ran γ = 0 is scored too, every ``PLAIN_SCORE_EVERY``-th such
+step, by the model drafters that could pay, on its last tokens (``_plain_scores``).
 
 Where nothing pays, a policy runs γ = 0 and now and then one speculative step (exploring).
 Such a step already pays the catch-up of the drafters that draft (every position they missed,
@@ -44,12 +46,11 @@ from worker.engine.records import Drafted, DraftRound, Verified
 from worker.engine.scheduler import Scheduled
 from worker.engine.sequence import Sequence
 from worker.engine.spec.drafter import Drafter
-from worker.engine.spec.feature_drafter import FeatureDrafter
 from worker.engine.spec.lookahead import DEPTH, LookaheadJudge
 from worker.engine.spec.memory import ElasticMemory
 from worker.engine.spec.model_drafter import ModelDrafter
 from worker.engine.spec.ngram import NgramDrafter
-from worker.engine.spec.plan import PROMPT_POSITIONS, PROMPT_WEIGHT, CostRule
+from worker.engine.spec.plan import PROMPT_POSITIONS, PROMPT_WEIGHT, CostRule, PromptCentre
 from worker.engine.spec.pool import DrafterPool, pooled
 from worker.engine.spec.router import DrafterChoice, shared_costs
 from worker.engine.spec.speculation_plan import SpeculationPlan
@@ -96,6 +97,7 @@ class Speculator:
         self._idle = False  # the last decoding step ran γ = 0 (the drafters fell behind)
         self._resumed = False  # this step drafts right after γ = 0: its feedback scores nobody
         self._unpaying: frozenset[str] = frozenset()  # drafters that cannot pay at this batch size
+        self._prompts = PromptCentre()  # the prompt prior's running means (plan.py)
         free = [d for d in pool.drafters.values() if isinstance(d, NgramDrafter)] if pool else []
         self.judge = LookaheadJudge(free, min(DEPTH, max_gamma)) if free and max_gamma > 0 else None
 
@@ -140,7 +142,7 @@ class Speculator:
         batch = len(decoding)
         usable = [d for d in self.pool.drafters.values() if d.name in allowed]
         free = [d for d in usable if isinstance(d, NgramDrafter)]
-        models = [d for d in usable if isinstance(d, ModelDrafter) and not isinstance(d, FeatureDrafter)]
+        models = [d for d in usable if isinstance(d, ModelDrafter)]  # heads too: lag = pending features
         for seq in decoding:
             proposals = {d.name: d.proposal_length(seq, rule.gamma_max) for d in free}
             lags = {d.name: d.lag(seq) for d in models}
@@ -156,8 +158,9 @@ class Speculator:
 
     def _score_prompts(self, seqs: list[Sequence], names: list[str]) -> None:
         """Each of the drafters ``names``' teacher-forced acceptance on the last tokens of each
-        new sequence's prompt (and its first output token), into the sequence's counts at
-        ``PROMPT_WEIGHT`` (a drafter not scored starts from the planner's prior). A drafter
+        new sequence's prompt (and its first output token), as a shift from the planner's prior
+        (``PromptCentre``), into the sequence's counts at ``PROMPT_WEIGHT`` (a drafter not
+        scored starts from the planner's prior). A drafter
         that fails here costs the drafters their state (they catch up again), never a request:
         the sequences start from the planner's prior instead."""
         assert self.pool is not None
@@ -170,10 +173,48 @@ class Speculator:
             )
             self.reset()
             hits = [{} for _ in seqs]
+        hits = self._prompts.centred(hits, self._rule.prior if self._rule is not None else {})
         for seq, h in zip(seqs, hits, strict=True):
             for name, (accepted, judged) in h.items():
                 seq.spec.add(name, accepted, judged, PROMPT_WEIGHT)
             seq.spec.prompt_scored = True
+
+    def _plain_scores(self, plain: list[Verified]) -> tuple[list[dict[str, tuple[float, int]]], float] | None:
+        """Cost rule: the model drafters that could pay scored on the last tokens of sequences
+        that ran γ = 0, every ``PLAIN_SCORE_EVERY``-th such step of each (plan.py), into the
+        sequence's counts and the step's counterfactual. A sequence that runs γ = 0 verifies
+        nothing, so without this it would learn nothing about the drafters it does not draft
+        with: its acceptance stays where its prompt put it, and the planner's prior where the
+        last drafting left it (on SmolLM2's one-user chat the chat head's prompt agreement is
+        0.17 and its acceptance on the answer 0.45: the requests stayed on plain decoding). A
+        scored drafter catches up on those tokens, as it would before its next draft.
+        Agreement is greedy (teacher-forced argmax), as the prompt's is. None: nothing scored."""
+        if self.pool is None or not self._active or not plain:
+            return None
+        due = [(v.seq, v.seq.spec.plain_step()) for v in plain]
+        due = [(s, n) for s, n in due if n > 0]
+        if not due or self._rule is None or self._plan is None:
+            return None
+        skip = self._unpaying | frozenset(self._plan.skip_drafters)
+        names = [
+            n
+            for n in self._rule.drafters
+            if isinstance(self.pool.drafters.get(n), ModelDrafter) and n not in skip
+        ]
+        if not names:
+            return None
+        t0 = time.perf_counter()
+        seqs = [s for s, _ in due]
+        starts = [max(len(s.token_ids) - n, 1) for s, n in due]
+        try:
+            hits = self.pool.prompt_hits(seqs, starts, names)
+        except Exception:
+            log.exception("scoring %d sequence(s) at γ = 0 failed; every drafter catches up again", len(seqs))
+            self.reset()
+            return None
+        for seq, h in zip(seqs, hits, strict=True):
+            seq.spec.learn(h)
+        return hits, time.perf_counter() - t0
 
     @property
     def per_request(self) -> bool:
@@ -313,8 +354,11 @@ class Speculator:
             for v in verified:
                 for name, x in each.get(v.seq.request_id, {}).items():
                     v.seq.spec.judged(name, x.hit, x.proposed, judge.depth)
+        at_zero = self._plain_scores([v for v in verified if v.drafted is None])
         if self.pool is None or drafter is None or not drafted:
-            return Feedback(lookahead=lookahead)
+            if at_zero is None:
+                return Feedback(lookahead=lookahead)
+            return Feedback(counterfactual=pooled(at_zero[0]), seconds=at_zero[1], lookahead=lookahead)
         accepted = 0
         counts: list[dict[str, tuple[float, int]]] = []  # per sequence: drafter -> (accepted, judged)
         for v in drafted:
@@ -361,6 +405,8 @@ class Speculator:
                     choice.learn(counts[i], v.drafted.requested, costs)
                 elif choice is not None:
                     choice.skip()
+        if at_zero is not None:
+            counts, seconds = counts + at_zero[0], seconds + at_zero[1]
         rates = pooled(counts)
         per_pos = [0] * max((len(v.drafted.tokens) for v in drafted if v.drafted is not None), default=0)
         for v in drafted:

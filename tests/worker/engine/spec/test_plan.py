@@ -23,7 +23,7 @@ from worker.engine.spec import plan
 from worker.engine.spec.lookahead import LookaheadJudge
 from worker.engine.spec.model_drafter import ModelDrafter
 from worker.engine.spec.ngram import NgramDrafter
-from worker.engine.spec.plan import CostRule, SeqSpec
+from worker.engine.spec.plan import CostRule, PromptCentre, SeqSpec
 from worker.speculation import apply_decision, plan_from
 
 MODELS = Path(__file__).resolve().parents[4] / "models"
@@ -211,6 +211,32 @@ def test_ngram_is_chosen_at_most_at_the_length_it_proposes_and_leaves_plain_deco
     assert rule.choose(short, 1, DRAFTERS, {"ngram": 3}) == ("ngram", 3)
 
 
+def test_the_prompt_prior_shifts_the_planners_prior_by_the_prompts_distance_from_recent_ones() -> None:
+    """A drafter that agrees with every chat prompt's text at 15 % (its answers' drafts at 35 %,
+    the planner's prior) starts each chat request at its prior, not at 15 %; a prompt it agrees
+    with more than with the recent ones starts above the prior, one it agrees with less below."""
+    centre = PromptCentre()
+    prior = {CODE: 0.35, PROSE: 0.5}
+    for _ in range(20):
+        (got,) = centre.centred([{CODE: (3.6, 24)}], prior)
+        assert got[CODE] == (pytest.approx(0.35 * 24), 24)
+    above, below = centre.centred([{CODE: (12.0, 24)}, {CODE: (0.0, 24)}], prior)
+    assert above[CODE][0] / 24 > 0.35 + 0.2 and below[CODE][0] / 24 < 0.35 - 0.05
+    # the first prompts of a batch rank against each other: a code prompt above a story one
+    fresh = PromptCentre().centred(
+        [{CODE: (12.0, 24), PROSE: (2.0, 24)}, {CODE: (2.0, 24), PROSE: (12.0, 24)}], prior
+    )
+    assert fresh[0][CODE][0] > fresh[1][CODE][0] and fresh[1][PROSE][0] > fresh[0][PROSE][0]
+    assert all(0.0 <= a <= n for row in fresh for a, n in row.values())
+
+
+def test_a_sequence_at_gamma_0_is_scored_every_plain_score_every_steps() -> None:
+    spec = SeqSpec()
+    due = [spec.plain_step() for _ in range(3 * plan.PLAIN_SCORE_EVERY)]
+    every = plan.PLAIN_SCORE_EVERY
+    assert due == ([0] * (every - 1) + [every]) * 3  # the tokens since the last score, then 0 again
+
+
 # ------------------------------------------------------------------ in the engine
 
 
@@ -377,3 +403,70 @@ def test_a_sequence_whose_text_repeats_drafts_with_ngram_without_exploring(
     monkeypatch.setattr(plan, "RUNS_MIN", 1e9)
     got, seen = _drain(engine, story, decision.model_copy(update={"version": 3}))
     assert got == reference and not any(s.drafter_shares for s in seen["steps"])
+
+
+def test_a_sequence_at_gamma_0_learns_the_model_drafters_from_its_own_output(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The drafters' prior is 0.05 (by E(α, γ) none pays): a story runs γ = 0, verifies
+    nothing, and would learn nothing about the prose drafter. Every ``PLAIN_SCORE_EVERY``-th
+    γ = 0 step scores the model drafters on its last tokens (the step reports them as its
+    counterfactual, for the planner): the story finds the prose drafter pays and drafts with
+    it, exactly; without those scores it never speculates."""
+    story = {"story": STORY_PROMPTS[0]}
+    decision = _decision(version=2, skip_drafters=["ngram"]).model_copy(
+        update={"acceptance": dict.fromkeys(DRAFTERS, 0.05)}
+    )
+    engine = _engine()
+    reference, _ = _drain(engine, story, Decision(version=1, policy="t", gamma_table=[(ALL_BATCHES, 0)]))
+    got, seen = _drain(engine, story, decision)
+    assert got == reference
+    steps = seen["steps"]
+    scored = [s for s in steps if s.gamma == 0 and s.counterfactual]
+    assert scored and all(set(s.counterfactual) == {CODE, PROSE} for s in scored)
+    assert all(s.counterfactual_time > 0 for s in scored)
+    prose = [s for s in steps if s.drafter_shares.get(PROSE)]
+    assert prose and sum(s.accepted for s in prose) > 0
+    monkeypatch.setattr(plan, "PLAIN_SCORE_EVERY", 10**9)
+    got, seen = _drain(engine, story, decision.model_copy(update={"version": 3}))
+    assert got == reference and not any(s.drafter_shares for s in seen["steps"])
+
+
+def test_a_feature_heads_lag_is_the_features_it_has_not_read(
+    spec_models: dict[str, Path], head_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A feature head catches up exactly on the features it holds (feature_drafter.py), so
+    the rule gets its lag as a model drafter's and a switch into it waits K in proportion
+    (a head left for a few n-gram steps is a few features behind); output stays exact."""
+    seen: list[dict[str, int]] = []
+    choose = CostRule.choose
+
+    def recorded(self: CostRule, spec: SeqSpec, batch: int, allowed, proposals=None, lags=None):  # type: ignore[no-untyped-def]
+        seen.append(dict(lags or {}))
+        return choose(self, spec, batch, allowed, proposals, lags)
+
+    engine = load_engine(spec_models["target"], drafters=[head_dir], num_blocks=64)
+    head = "fd-head"
+    spec_s = {head: [1.1 + 0.05 * g for g in range(1, 5)]}
+    costs = [StepCosts(batch=b, plain_s=1.0, spec_s=spec_s) for b in (1, 2, 4)]
+    decision = Decision(
+        version=2, policy="t", drafter_scope="request", step_costs=costs,
+        acceptance={head: 0.3}, acceptance_hi={head: 0.6}, hold_steps=4,
+    )  # fmt: skip
+    params = SamplingParams(max_tokens=24, ignore_eos=True)
+    prompt = list(range(5, 40))
+
+    def run(rid: str) -> list[int]:
+        engine.add_request(EngineRequest(rid, prompt, params))
+        out: list[int] = []
+        while engine.has_unfinished():
+            out += [t for o in engine.step().outputs for t in o.new_token_ids]
+        return out
+
+    apply_decision(engine, Decision(version=1, policy="t", gamma_table=[(ALL_BATCHES, 0)]))
+    reference = run("ref")
+    monkeypatch.setattr(CostRule, "choose", recorded)
+    apply_decision(engine, decision)
+    assert run("r") == reference
+    assert seen and all(head in lags and lags[head] >= 0 for lags in seen)
+    assert any(lags[head] > 0 for lags in seen)  # it fell behind while not drafting, and said so
