@@ -19,9 +19,11 @@ is not the target's own, so the prompt ranks the drafters and the planner sets t
 (``PromptCentre``): a prompt counts at the prior plus its distance from the recent prompts' mean.
 Then its own verifications (and now and then the other drafters' counterfactuals on them) add
 up, discounted by ``DISCOUNT`` per verification so a sequence that changes domain is followed.
-A sequence that runs γ = 0 verifies nothing; every ``PLAIN_SCORE_EVERY``-th such step the model
-drafters that could pay score its last tokens (speculator.py), so it learns what it would
-have drafted at: without that, a sequence its prompt put on plain decoding stayed there.
+A sequence that runs γ = 0 verifies nothing; every ``plain_score_every`` such steps (at least
+``PLAIN_SCORE_EVERY``, and no more often than ``PLAIN_SCORE_SHARE`` of a plain step's time
+pays for) the model drafters that could pay score its last tokens (speculator.py), so it
+learns what they would have drafted: without that, a sequence its prompt put on plain
+decoding stayed there.
 Nothing here is explored: where the prior says a pair loses, it does not run.
 
 A model-free drafter (n-gram) is judged on the sequence's own verified text at every step, γ = 0
@@ -81,7 +83,9 @@ DEFAULT_ACCEPTANCE = 0.5  # a drafter the decision gives no prior for
 RESCORE_EVERY = 16  # a drafting sequence scores the other drafters on every this-many-th verification
 RUNS_DISCOUNT = 0.95  # per judged position, on a sequence's model-free run lengths (~20 positions)
 RUNS_MIN = 6.0  # judged positions (discounted) before a sequence's runs replace E(α, γ)
-PLAIN_SCORE_EVERY = 8  # a sequence at γ = 0 scores the model drafters on its last this-many tokens
+PLAIN_SCORE_EVERY = 8  # γ = 0 steps of a sequence between the model drafters' scores, at least
+PLAIN_SCORE_SHARE = 0.02  # of a plain step's time, what those scores may cost on average
+PLAIN_SCORE_MAX = 16  # the last tokens such a score reads at most
 PROMPT_MEAN_DISCOUNT = 0.9  # per prompt scored, on a drafter's running mean prompt acceptance
 
 
@@ -148,24 +152,38 @@ class SeqSpec:
         ranked them already)."""
         return self.verifications % RESCORE_EVERY == RESCORE_EVERY - 1
 
-    def plain_step(self) -> int:
-        """One γ = 0 step of this sequence: the number of its last tokens the model drafters
-        should score now (0: not yet; every ``PLAIN_SCORE_EVERY``-th such step)."""
+    def plain_step(self, every: int = PLAIN_SCORE_EVERY) -> int:
+        """One γ = 0 step of this sequence: the number of its last tokens (at most
+        ``PLAIN_SCORE_MAX``) the model drafters should score now, every ``every``-th such
+        step (``plain_score_every``); 0: not yet."""
         self.plain_since += 1
-        if self.plain_since < PLAIN_SCORE_EVERY:
+        if self.plain_since < every:
             return 0
         n, self.plain_since = self.plain_since, 0
-        return n
+        return min(n, PLAIN_SCORE_MAX)
+
+
+def plain_score_every(sequences: int, score_s: float | None, plain_s: float) -> int:
+    """Every how many γ = 0 steps each of ``sequences`` γ = 0 sequences is scored, for the
+    scores to cost at most ``PLAIN_SCORE_SHARE`` of a plain step (``plain_s``) on average: one
+    sequence's score costs ``score_s`` (measured; None: not yet, ``PLAIN_SCORE_EVERY``), and
+    a step scores ``sequences / every`` of them. At least ``PLAIN_SCORE_EVERY``: on SmolLM2
+    fp32 (a 36 ms plain step, both heads scoring 8 tokens) that is the bound; on nj-target
+    (a 2 ms step) its model drafters' scores would cost several times the share at 8."""
+    if score_s is None or plain_s <= 0:
+        return PLAIN_SCORE_EVERY
+    return max(PLAIN_SCORE_EVERY, math.ceil(sequences * score_s / (PLAIN_SCORE_SHARE * plain_s)))
 
 
 class PromptCentre:
     """The prompt prior as a shift from the planner's: a prompt counts at the drafter's prior
     acceptance plus how far its teacher-forced acceptance lies from the recent prompts' (a
     running mean per drafter, discounted ``PROMPT_MEAN_DISCOUNT`` a prompt). Prompt text is
-    not what the target will write: on SmolLM2's chat prompts the chat head agrees with 15 %
-    of the last prompt tokens and 35 % of the answer's drafts (static γ 2), so counted as it
-    measures, every chat request started below its prior for the head and drafted with n-gram
-    or nothing (nightjar 0.959 of static chat head γ 2 at one user). The prompt ranks: a code
+    not what the target will write: on SmolLM2's chat prompts the chat head agrees with 17 %
+    of the last prompt tokens (the code head with 15 %), and its drafts of the answer are
+    accepted at about 45 % a position (static γ 2), so counted as it measures, every chat
+    request started below its prior for the head and drafted with n-gram or nothing (nightjar
+    0.959 of static chat head γ 2 at one user). The prompt ranks: a code
     prompt above the recent prompts' mean for the code drafter starts above its prior; the
     level is the planner's, learned from drafts."""
 

@@ -13,8 +13,9 @@ the drafts that stand and ``rollback`` drops the rejected ones from every drafte
 asks for it (``SpeculationPlan.score_drafters``: a policy that learns over the drafters), of every
 other one (counterfactual) for telemetry — but those the planner found dominated
 (``SpeculationPlan.skip_drafters``); a fixed drafter costs no other drafter's forward. Under
-the cost rule a sequence that ran γ = 0 is scored too, every ``PLAIN_SCORE_EVERY``-th such
-step, by the model drafters that could pay, on its last tokens (``_plain_scores``).
+the cost rule a sequence that ran γ = 0 is scored too, now and then (``plain_score_every``:
+within a share of the step's time), by the model drafters that could pay, on its last tokens
+(``_plain_scores``).
 
 Where nothing pays, a policy runs γ = 0 and now and then one speculative step (exploring).
 Such a step already pays the catch-up of the drafters that draft (every position they missed,
@@ -50,7 +51,13 @@ from worker.engine.spec.lookahead import DEPTH, LookaheadJudge
 from worker.engine.spec.memory import ElasticMemory
 from worker.engine.spec.model_drafter import ModelDrafter
 from worker.engine.spec.ngram import NgramDrafter
-from worker.engine.spec.plan import PROMPT_POSITIONS, PROMPT_WEIGHT, CostRule, PromptCentre
+from worker.engine.spec.plan import (
+    PROMPT_POSITIONS,
+    PROMPT_WEIGHT,
+    CostRule,
+    PromptCentre,
+    plain_score_every,
+)
 from worker.engine.spec.pool import DrafterPool, pooled
 from worker.engine.spec.router import DrafterChoice, shared_costs
 from worker.engine.spec.speculation_plan import SpeculationPlan
@@ -98,6 +105,7 @@ class Speculator:
         self._resumed = False  # this step drafts right after γ = 0: its feedback scores nobody
         self._unpaying: frozenset[str] = frozenset()  # drafters that cannot pay at this batch size
         self._prompts = PromptCentre()  # the prompt prior's running means (plan.py)
+        self._score_s: float | None = None  # one γ = 0 sequence's score, seconds (moving)
         free = [d for d in pool.drafters.values() if isinstance(d, NgramDrafter)] if pool else []
         self.judge = LookaheadJudge(free, min(DEPTH, max_gamma)) if free and max_gamma > 0 else None
 
@@ -179,21 +187,27 @@ class Speculator:
                 seq.spec.add(name, accepted, judged, PROMPT_WEIGHT)
             seq.spec.prompt_scored = True
 
-    def _plain_scores(self, plain: list[Verified]) -> tuple[list[dict[str, tuple[float, int]]], float] | None:
-        """Cost rule: the model drafters that could pay scored on the last tokens of sequences
-        that ran γ = 0, every ``PLAIN_SCORE_EVERY``-th such step of each (plan.py), into the
-        sequence's counts and the step's counterfactual. A sequence that runs γ = 0 verifies
-        nothing, so without this it would learn nothing about the drafters it does not draft
-        with: its acceptance stays where its prompt put it, and the planner's prior where the
-        last drafting left it (on SmolLM2's one-user chat the chat head's prompt agreement is
-        0.17 and its acceptance on the answer 0.45: the requests stayed on plain decoding). A
-        scored drafter catches up on those tokens, as it would before its next draft.
-        Agreement is greedy (teacher-forced argmax), as the prompt's is. None: nothing scored."""
+    def _plain_scores(
+        self, plain: list[Verified], batch: int
+    ) -> tuple[list[dict[str, tuple[float, int]]], float] | None:
+        """Cost rule: the model drafters that could pay scored on the last tokens of the
+        decoding sequences that ran γ = 0 (of ``batch``), every ``plain_score_every`` such steps
+        of each (plan.py), into the sequence's counts and the step's counterfactual. A
+        sequence that runs γ = 0 verifies nothing, so without this it would learn nothing about
+        the drafters it does not draft with: its acceptance stays where its prompt put it, and
+        the planner's prior where the last drafting left it (on SmolLM2's one-user chat the
+        chat head's prompt agreement is 0.17 and its acceptance on the answer 0.45: the
+        requests stayed on plain decoding). A scored drafter catches up on those tokens, as it
+        would before its next draft. Agreement is greedy (teacher-forced argmax), as the
+        prompt's is. None: nothing scored."""
         if self.pool is None or not self._active or not plain:
             return None
-        due = [(v.seq, v.seq.spec.plain_step()) for v in plain]
+        if self._rule is None or self._plan is None:
+            return None
+        every = plain_score_every(len(plain), self._score_s, self._rule.plain(batch))
+        due = [(v.seq, v.seq.spec.plain_step(every)) for v in plain]
         due = [(s, n) for s, n in due if n > 0]
-        if not due or self._rule is None or self._plan is None:
+        if not due:
             return None
         skip = self._unpaying | frozenset(self._plan.skip_drafters)
         names = [
@@ -214,7 +228,10 @@ class Speculator:
             return None
         for seq, h in zip(seqs, hits, strict=True):
             seq.spec.learn(h)
-        return hits, time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
+        each = seconds / len(seqs)
+        self._score_s = each if self._score_s is None else 0.8 * self._score_s + 0.2 * each
+        return hits, seconds
 
     @property
     def per_request(self) -> bool:
@@ -354,7 +371,8 @@ class Speculator:
             for v in verified:
                 for name, x in each.get(v.seq.request_id, {}).items():
                     v.seq.spec.judged(name, x.hit, x.proposed, judge.depth)
-        at_zero = self._plain_scores([v for v in verified if v.drafted is None])
+        decoding = [v for v in verified if not v.candidate.scheduled.prefill]
+        at_zero = self._plain_scores([v for v in decoding if v.drafted is None], len(decoding))
         if self.pool is None or drafter is None or not drafted:
             if at_zero is None:
                 return Feedback(lookahead=lookahead)

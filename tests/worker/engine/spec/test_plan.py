@@ -230,11 +230,21 @@ def test_the_prompt_prior_shifts_the_planners_prior_by_the_prompts_distance_from
     assert all(0.0 <= a <= n for row in fresh for a, n in row.values())
 
 
-def test_a_sequence_at_gamma_0_is_scored_every_plain_score_every_steps() -> None:
+def test_a_sequence_at_gamma_0_is_scored_within_a_share_of_the_step_time() -> None:
+    """Every 8th γ = 0 step at least; where a score is dear against the plain step, or many
+    sequences run γ = 0, less often, so the scores cost at most ``PLAIN_SCORE_SHARE`` of a
+    plain step on average; each reads at most the last ``PLAIN_SCORE_MAX`` tokens."""
+    every, share = plan.PLAIN_SCORE_EVERY, plan.PLAIN_SCORE_SHARE
+    assert plan.plain_score_every(1, None, 0.036) == every  # nothing measured yet
+    assert plan.plain_score_every(1, 0.004, 0.036) == every  # SmolLM2 fp32: 0.5 ms a step
+    slow = plan.plain_score_every(1, 0.001, 0.002)  # nj-target: a 1 ms score on a 2 ms step
+    assert slow == 25 and 0.001 / slow <= share * 0.002
+    assert plan.plain_score_every(16, 0.001, 0.002) == 16 * 25  # 16 sequences at γ = 0
     spec = SeqSpec()
-    due = [spec.plain_step() for _ in range(3 * plan.PLAIN_SCORE_EVERY)]
-    every = plan.PLAIN_SCORE_EVERY
+    due = [spec.plain_step(every) for _ in range(3 * every)]
     assert due == ([0] * (every - 1) + [every]) * 3  # the tokens since the last score, then 0 again
+    due = [spec.plain_step(slow) for _ in range(2 * slow)]
+    assert due == ([0] * (slow - 1) + [plan.PLAIN_SCORE_MAX]) * 2
 
 
 # ------------------------------------------------------------------ in the engine
