@@ -16,17 +16,29 @@ over 1 or γ+1 query rows rounds differently), so exactness still rests on the v
 as before. Its rounding differs from the BLAS's (summation order), like any two BLAS builds.
 
 ``NIGHTJAR_SKINNY``: ``auto`` (default: on where it builds), ``off``.
+
+The kernel reads the weights in one of two orders (``skinny_linear.c``): in address order, or
+in blocks of rows multiplied by every input row from registers. For one input row the address
+order is the faster everywhere; for 2-6 rows it depends on the CPU (an AVX-512 AMD EPYC,
+2026-12-07: 2 rows 9.7 ms in address order against 16.4 in blocks over SmolLM2-sized weights,
+so a verification of γ + 1 rows cost twice a decode row; an earlier AVX2 EPYC: blocks the
+faster from 3 rows). ``stream_rows`` measures both once per machine on first use (about 0.2 s,
+kept beside the built library) and sets the faster per row count; both give the same bits, so
+the choice never changes a result. ``NIGHTJAR_SKINNY_STREAM``: ``auto`` (default), or the row
+counts to read in address order, comma-separated (``1``: the blocks for every other count).
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
 import logging
 import os
 import platform
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -47,6 +59,9 @@ FLAGS = ["-O3", "-march=native", "-shared", "-fPIC"]
 # the BLAS splits the product across cores and is faster from ~24 rows on, so 16 there.
 MAX_ROWS_ONE_THREAD = 24
 MAX_ROWS_THREADS = 16
+PASS_ROWS = 6  # MB in skinny_linear.c: the row counts whose reading order is chosen, 1..this
+CALIBRATION_BYTES = 64 << 20  # weights each order reads per measurement: beyond the caches
+CALIBRATION_REPEATS = 3  # measurements of each order per row count, alternating; the least counts
 
 _lib: ctypes.CDLL | None = None
 _tried = False
@@ -119,8 +134,60 @@ def _load() -> ctypes.CDLL | None:
     fn = lib.skinny_linear
     fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 3
     fn.restype = None
+    lib.skinny_set_stream.argtypes = [ctypes.c_int, ctypes.c_int]
+    lib.skinny_set_stream.restype = None
+    for m in stream_rows(lib):
+        lib.skinny_set_stream(m, 1)
     _lib = lib
     return lib
+
+
+def stream_rows(lib: ctypes.CDLL, cache_dir: Path | None = None) -> list[int]:
+    """The row counts the kernel reads in address order here: ``NIGHTJAR_SKINNY_STREAM``, else
+    measured once per machine (``measure_stream_rows``) and kept beside the library."""
+    given = os.environ.get("NIGHTJAR_SKINNY_STREAM", "auto").strip().lower()
+    if given != "auto":
+        return sorted({int(v) for v in given.split(",") if v.strip().isdigit() and 1 <= int(v) <= PASS_ROWS})
+    source = b"".join(p.read_bytes() for p in SOURCES + HEADERS)
+    key = hashlib.sha256(source + " ".join(FLAGS).encode() + _machine_key().encode()).hexdigest()[:16]
+    path = (cache_dir or _cache_dir()) / f"skinny_linear-{key}.stream.json"
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(rows, list) and all(isinstance(m, int) for m in rows):
+            return rows
+    except (OSError, ValueError):
+        pass
+    rows = measure_stream_rows(lib)
+    try:
+        path.write_text(json.dumps(rows), encoding="utf-8")
+    except OSError:
+        pass
+    return rows
+
+
+def measure_stream_rows(lib: ctypes.CDLL) -> list[int]:
+    """Each row count 1..``PASS_ROWS`` timed in both reading orders over ``CALIBRATION_BYTES``
+    of weights (alternating, the least of ``CALIBRATION_REPEATS``); those the address order
+    reads faster. One row always: there it is the faster by design (a plain read)."""
+    k = 576
+    w = torch.empty(CALIBRATION_BYTES // (4 * k), k).uniform_(-1.0, 1.0)
+    n = w.shape[0]
+    out = [1]
+    for m in range(2, PASS_ROWS + 1):
+        x = torch.randn(m, k)
+        y = torch.empty(m, n)
+        best = {0: float("inf"), 1: float("inf")}
+        for _ in range(CALIBRATION_REPEATS):
+            for on in (0, 1):
+                lib.skinny_set_stream(m, on)
+                t0 = time.perf_counter()
+                lib.skinny_linear(x.data_ptr(), w.data_ptr(), None, y.data_ptr(), m, n, k)
+                best[on] = min(best[on], time.perf_counter() - t0)
+        lib.skinny_set_stream(m, 0)
+        if best[1] < best[0]:
+            out.append(m)
+    log.info("skinny linear: rows read in address order here: %s", out)
+    return out
 
 
 def available() -> bool:

@@ -8,8 +8,9 @@
  * of NB weight rows once, from DRAM, and multiplies it by every input row from cache, so a
  * speculative verification of a few rows costs about what a plain decode row does.  A single
  * input row reads the weights in address order (block_stream: a decode row at the speed of a
- * plain read); more rows take the blocks in passes of up to MB rows (block). Both prefetch
- * the weights ahead of the read, into L2.
+ * plain read); more rows take the blocks in passes of up to MB rows (block), or the address
+ * order where that measured faster here (stream_for). Both prefetch the weights ahead of the
+ * read, into L2.
  *
  * Batch invariance: the (m, n) dot product is always accumulated the same way (lane-wise over
  * K in VW-wide chunks, the tail zero-padded, then one fixed horizontal-sum tree, four columns
@@ -22,9 +23,16 @@
 #define MB 6 /* input rows per pass over a block (MB * NB accumulators in registers) */
 #define DIST_BLOCK 256   /* block: prefetch each weight row 1 KiB ahead of its read */
 #define DIST_STREAM 768  /* block_stream: prefetch the weights 3 KiB ahead of the read */
-#ifndef STREAM_ROWS
-#define STREAM_ROWS 1 /* products of up to this many input rows read in address order */
-#endif
+/* Products of M input rows read in address order (block_stream) where stream_for[M] is set,
+ * in passes of blocks (block) elsewhere; which is faster depends on the CPU (M = 2 on an AVX-512
+ * AMD EPYC: stream 9.7 ms, block 16.4 ms over SmolLM2-sized weights; M = 3 on an earlier AVX2
+ * EPYC: block the faster). nj_kernels/cpu_linear.py measures both on first use and sets it
+ * (skinny_set_stream). Both compute the same bits, so the choice never changes a result. */
+static int stream_for[MB + 1] = {0, 1, 0, 0, 0, 0, 0};
+
+void skinny_set_stream(int m, int on) {
+    if (m >= 1 && m <= MB) stream_for[m] = on != 0;
+}
 
 /* y[m0 + i, n0 + j] = the lanes of acc[i][j] summed (+ bias): vsum4 over a full block, the
  * same tree with zeros beside it for a partial one. */
@@ -112,7 +120,7 @@ static inline __attribute__((always_inline)) void block_stream(
 }
 
 void skinny_linear(const float* x, const float* w, const float* bias, float* y, int M, int N, int K) {
-    if (M <= STREAM_ROWS) { /* one pass over the weights: read them in address order */
+    if (M <= MB && stream_for[M]) { /* one pass over the weights: read them in address order */
         int n0 = 0;
         for (; n0 + NB <= N; n0 += NB) {
             switch (M) { /* constant sizes, so the accumulators stay in registers */

@@ -63,3 +63,53 @@ def test_the_build_is_cached_by_source_and_machine(tmp_path: Path) -> None:
     stamp = first.stat().st_mtime_ns
     assert cpu_linear.build(tmp_path) == first and first.stat().st_mtime_ns == stamp
     assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no temporary file left behind
+
+
+def test_both_reading_orders_give_the_same_bits_for_every_row_count() -> None:
+    """The order the weights are read in is chosen per machine (``stream_rows``): it must
+    never change a result."""
+    lib = cpu_linear.library()
+    assert lib is not None
+    g = torch.Generator().manual_seed(1)
+    w, b = torch.randn(37, 577, generator=g), torch.randn(37, generator=g)
+    chosen = cpu_linear.stream_rows(lib)
+    try:
+        for m in range(1, cpu_linear.PASS_ROWS + 1):
+            x = torch.randn(m, 577, generator=g)
+            got = []
+            for on in (0, 1):
+                lib.skinny_set_stream(m, on)
+                got.append(cpu_linear.skinny_linear(x, w, b))
+            assert torch.equal(got[0], got[1]), m
+            torch.testing.assert_close(got[0], F.linear(x, w, b), rtol=1e-5, atol=1e-4)
+    finally:
+        for m in range(1, cpu_linear.PASS_ROWS + 1):
+            lib.skinny_set_stream(m, int(m in chosen))
+
+
+def test_the_reading_order_is_measured_once_per_machine_or_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lib = cpu_linear.library()
+    assert lib is not None
+    measured: list[int] = []
+
+    def measure(lib: object) -> list[int]:
+        measured.append(1)
+        return [1, 2, 3]
+
+    monkeypatch.setattr(cpu_linear, "measure_stream_rows", measure)
+    monkeypatch.delenv("NIGHTJAR_SKINNY_STREAM", raising=False)
+    assert cpu_linear.stream_rows(lib, tmp_path) == [1, 2, 3]
+    assert cpu_linear.stream_rows(lib, tmp_path) == [1, 2, 3] and measured == [1]  # kept
+    monkeypatch.setenv("NIGHTJAR_SKINNY_STREAM", "1,4,99")
+    assert cpu_linear.stream_rows(lib, tmp_path) == [1, 4]
+
+
+def test_the_measurement_picks_row_counts_within_a_pass() -> None:
+    lib = cpu_linear.library()
+    assert lib is not None
+    rows = cpu_linear.measure_stream_rows(lib)
+    assert rows[0] == 1 and set(rows) <= set(range(1, cpu_linear.PASS_ROWS + 1))
+    for m in range(1, cpu_linear.PASS_ROWS + 1):  # what the process runs with again
+        lib.skinny_set_stream(m, int(m in cpu_linear.stream_rows(lib)))

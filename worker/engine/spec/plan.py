@@ -12,17 +12,13 @@ picks the drafter (a code request drafts with the code head beside a chat reques
 chat head, in one step).
 
 A sequence's acceptance per drafter (``SeqSpec``) starts at the planner's prior, counted as
-``PRIOR_WEIGHT`` positions; before its first draft every drafter is scored teacher-forced on the
-last ``PROMPT_POSITIONS`` tokens of its prompt (one drafter forward over tokens already there:
-HedgeSpec's counterfactual, on the prompt), each position counted ``PROMPT_WEIGHT``. Prompt text
-is not the target's own, so the prompt ranks the drafters and the planner sets the level
-(``PromptCentre``): a prompt counts at the prior plus its distance from the recent prompts' mean.
-Then its own verifications (and now and then the other drafters' counterfactuals on them) add
-up, discounted by ``DISCOUNT`` per verification so a sequence that changes domain is followed.
-A sequence that runs γ = 0 verifies nothing; every ``plain_score_every`` such steps (at least
-``PLAIN_SCORE_EVERY``, and no more often than ``PLAIN_SCORE_SHARE`` of a plain step's time
-pays for) the model drafters that could pay score its last tokens (speculator.py), so it
-learns what they would have drafted: without that, a sequence its prompt put on plain
+``PRIOR_WEIGHT`` positions; before its first draft every drafter is scored on its prompt
+(scoring.py: the prompt ranks the drafters, the planner's prior sets the level). Then its own
+verifications (and now and then the other drafters' counterfactuals on them) add up,
+discounted by ``DISCOUNT`` per verification so a sequence that changes domain is followed.
+A sequence that runs γ = 0 verifies nothing; every few such steps (at least
+``PLAIN_SCORE_EVERY``) the model drafters that could pay score its last tokens (scoring.py),
+so it learns what they would have drafted: without that, a sequence its prompt put on plain
 decoding stayed there.
 Nothing here is explored: where the prior says a pair loses, it does not run.
 
@@ -75,8 +71,6 @@ from shared.profile import interp
 from worker.engine.spec.speculation_plan import SpeculationPlan
 
 PRIOR_WEIGHT = 4.0  # positions the planner's prior acceptance counts as, per sequence and drafter
-PROMPT_POSITIONS = 24  # last prompt tokens each drafter is scored on before a sequence drafts
-PROMPT_WEIGHT = 0.25  # one teacher-forced prompt position against one verified position
 DISCOUNT = 0.9  # per verification, on a sequence's own counts (~10 verifications)
 MARGIN = 0.03  # a new pair must predict this much less time per token than the held one
 DEFAULT_ACCEPTANCE = 0.5  # a drafter the decision gives no prior for
@@ -84,9 +78,7 @@ RESCORE_EVERY = 16  # a drafting sequence scores the other drafters on every thi
 RUNS_DISCOUNT = 0.95  # per judged position, on a sequence's model-free run lengths (~20 positions)
 RUNS_MIN = 6.0  # judged positions (discounted) before a sequence's runs replace E(α, γ)
 PLAIN_SCORE_EVERY = 8  # γ = 0 steps of a sequence between the model drafters' scores, at least
-PLAIN_SCORE_SHARE = 0.02  # of a plain step's time, what those scores may cost on average
 PLAIN_SCORE_MAX = 16  # the last tokens such a score reads at most
-PROMPT_MEAN_DISCOUNT = 0.9  # per prompt scored, on a drafter's running mean prompt acceptance
 
 
 @dataclass
@@ -155,62 +147,12 @@ class SeqSpec:
     def plain_step(self, every: int = PLAIN_SCORE_EVERY) -> int:
         """One γ = 0 step of this sequence: the number of its last tokens (at most
         ``PLAIN_SCORE_MAX``) the model drafters should score now, every ``every``-th such
-        step (``plain_score_every``); 0: not yet."""
+        step (scoring.plain_score_every); 0: not yet."""
         self.plain_since += 1
         if self.plain_since < every:
             return 0
         n, self.plain_since = self.plain_since, 0
         return min(n, PLAIN_SCORE_MAX)
-
-
-def plain_score_every(sequences: int, score_s: float | None, plain_s: float) -> int:
-    """Every how many γ = 0 steps each of ``sequences`` γ = 0 sequences is scored, for the
-    scores to cost at most ``PLAIN_SCORE_SHARE`` of a plain step (``plain_s``) on average: one
-    sequence's score costs ``score_s`` (measured; None: not yet, ``PLAIN_SCORE_EVERY``), and
-    a step scores ``sequences / every`` of them. At least ``PLAIN_SCORE_EVERY``: on SmolLM2
-    fp32 (a 36 ms plain step, both heads scoring 8 tokens) that is the bound; on nj-target
-    (a 2 ms step) its model drafters' scores would cost several times the share at 8."""
-    if score_s is None or plain_s <= 0:
-        return PLAIN_SCORE_EVERY
-    return max(PLAIN_SCORE_EVERY, math.ceil(sequences * score_s / (PLAIN_SCORE_SHARE * plain_s)))
-
-
-class PromptCentre:
-    """The prompt prior as a shift from the planner's: a prompt counts at the drafter's prior
-    acceptance plus how far its teacher-forced acceptance lies from the recent prompts' (a
-    running mean per drafter, discounted ``PROMPT_MEAN_DISCOUNT`` a prompt). Prompt text is
-    not what the target will write: on SmolLM2's chat prompts the chat head agrees with 17 %
-    of the last prompt tokens (the code head with 15 %), and its drafts of the answer are
-    accepted at about 45 % a position (static γ 2), so counted as it measures, every chat
-    request started below its prior for the head and drafted with n-gram or nothing (nightjar
-    0.959 of static chat head γ 2 at one user). The prompt ranks: a code
-    prompt above the recent prompts' mean for the code drafter starts above its prior; the
-    level is the planner's, learned from drafts."""
-
-    def __init__(self) -> None:
-        self.mean: dict[str, list[float]] = {}  # drafter -> [accepted, judged], discounted
-
-    def centred(
-        self, hits: list[dict[str, tuple[float, int]]], prior: dict[str, float]
-    ) -> list[dict[str, tuple[float, int]]]:
-        """Each sequence's (accepted, judged) per drafter with its acceptance moved to the
-        prior plus its distance from the running mean (this batch's prompts in it first)."""
-        for h in hits:
-            for m in self.mean.values():
-                m[0], m[1] = PROMPT_MEAN_DISCOUNT * m[0], PROMPT_MEAN_DISCOUNT * m[1]
-            for name, (accepted, judged) in h.items():
-                m = self.mean.setdefault(name, [0.0, 0.0])
-                m[0], m[1] = m[0] + accepted, m[1] + judged
-        out: list[dict[str, tuple[float, int]]] = []
-        for h in hits:
-            row = {}
-            for name, (accepted, judged) in h.items():
-                m = self.mean[name]
-                shift = accepted / judged - m[0] / m[1]
-                alpha = min(max(prior.get(name, DEFAULT_ACCEPTANCE) + shift, 0.0), 1.0)
-                row[name] = (alpha * judged, judged)
-            out.append(row)
-        return out
 
 
 def batch_class(batch: int) -> int:

@@ -13,9 +13,9 @@ the drafts that stand and ``rollback`` drops the rejected ones from every drafte
 asks for it (``SpeculationPlan.score_drafters``: a policy that learns over the drafters), of every
 other one (counterfactual) for telemetry — but those the planner found dominated
 (``SpeculationPlan.skip_drafters``); a fixed drafter costs no other drafter's forward. Under
-the cost rule a sequence that ran γ = 0 is scored too, now and then (``plain_score_every``:
-within a share of the step's time), by the model drafters that could pay, on its last tokens
-(``_plain_scores``).
+the cost rule a new sequence's prompt is scored by every drafter that could pay, and a
+sequence that ran γ = 0 now and then (within a share of the step's time) by the model drafters
+that could pay, on its last tokens (scoring.py).
 
 Where nothing pays, a policy runs γ = 0 and now and then one speculative step (exploring).
 Such a step already pays the catch-up of the drafters that draft (every position they missed,
@@ -34,7 +34,6 @@ so the bandit weighs it against plain decoding.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -51,18 +50,11 @@ from worker.engine.spec.lookahead import DEPTH, LookaheadJudge
 from worker.engine.spec.memory import ElasticMemory
 from worker.engine.spec.model_drafter import ModelDrafter
 from worker.engine.spec.ngram import NgramDrafter
-from worker.engine.spec.plan import (
-    PROMPT_POSITIONS,
-    PROMPT_WEIGHT,
-    CostRule,
-    PromptCentre,
-    plain_score_every,
-)
+from worker.engine.spec.plan import CostRule
 from worker.engine.spec.pool import DrafterPool, pooled
 from worker.engine.spec.router import DrafterChoice, shared_costs
+from worker.engine.spec.scoring import SequenceScores
 from worker.engine.spec.speculation_plan import SpeculationPlan
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -104,8 +96,8 @@ class Speculator:
         self._idle = False  # the last decoding step ran γ = 0 (the drafters fell behind)
         self._resumed = False  # this step drafts right after γ = 0: its feedback scores nobody
         self._unpaying: frozenset[str] = frozenset()  # drafters that cannot pay at this batch size
-        self._prompts = PromptCentre()  # the prompt prior's running means (plan.py)
-        self._score_s: float | None = None  # one γ = 0 sequence's score, seconds (moving)
+        # the prompt prior and the γ = 0 scores (scoring.py)
+        self.scores = SequenceScores(pool, self.reset) if pool is not None else None
         free = [d for d in pool.drafters.values() if isinstance(d, NgramDrafter)] if pool else []
         self.judge = LookaheadJudge(free, min(DEPTH, max_gamma)) if free and max_gamma > 0 else None
 
@@ -144,7 +136,8 @@ class Speculator:
         new = [s for s in decoding if not s.spec.prompt_scored]
         if new:
             t0 = time.perf_counter()
-            self._score_prompts(new, payers)
+            assert self.scores is not None
+            self.scores.prompts(new, payers, rule.prior)
             out.prompt_seconds, out.prompts_scored = time.perf_counter() - t0, len(new)
         assert out.lookahead is not None
         batch = len(decoding)
@@ -164,74 +157,24 @@ class Speculator:
             out.gamma = max(out.lookahead.values())
         return out
 
-    def _score_prompts(self, seqs: list[Sequence], names: list[str]) -> None:
-        """Each of the drafters ``names``' teacher-forced acceptance on the last tokens of each
-        new sequence's prompt (and its first output token), as a shift from the planner's prior
-        (``PromptCentre``), into the sequence's counts at ``PROMPT_WEIGHT`` (a drafter not
-        scored starts from the planner's prior). A drafter
-        that fails here costs the drafters their state (they catch up again), never a request:
-        the sequences start from the planner's prior instead."""
-        assert self.pool is not None
-        starts = [max(len(s.token_ids) - 1 - PROMPT_POSITIONS, 1) for s in seqs]
-        try:
-            hits = self.pool.prompt_hits(seqs, starts, names)
-        except Exception:
-            log.exception(
-                "scoring the prompts of %d sequence(s) failed; every drafter catches up again", len(seqs)
-            )
-            self.reset()
-            hits = [{} for _ in seqs]
-        hits = self._prompts.centred(hits, self._rule.prior if self._rule is not None else {})
-        for seq, h in zip(seqs, hits, strict=True):
-            for name, (accepted, judged) in h.items():
-                seq.spec.add(name, accepted, judged, PROMPT_WEIGHT)
-            seq.spec.prompt_scored = True
-
     def _plain_scores(
         self, plain: list[Verified], batch: int
     ) -> tuple[list[dict[str, tuple[float, int]]], float] | None:
         """Cost rule: the model drafters that could pay scored on the last tokens of the
-        decoding sequences that ran γ = 0 (of ``batch``), every ``plain_score_every`` such steps
-        of each (plan.py), into the sequence's counts and the step's counterfactual. A
-        sequence that runs γ = 0 verifies nothing, so without this it would learn nothing about
-        the drafters it does not draft with: its acceptance stays where its prompt put it, and
-        the planner's prior where the last drafting left it (on SmolLM2's one-user chat the
-        chat head's prompt agreement is 0.17 and its acceptance on the answer 0.45: the
-        requests stayed on plain decoding). A scored drafter catches up on those tokens, as it
-        would before its next draft. Agreement is greedy (teacher-forced argmax), as the
-        prompt's is. None: nothing scored."""
-        if self.pool is None or not self._active or not plain:
+        decoding sequences that ran γ = 0 (of ``batch``), now and then (scoring.py). None:
+        nothing scored."""
+        if self.scores is None or not self._active or not plain:
             return None
         if self._rule is None or self._plan is None:
             return None
-        every = plain_score_every(len(plain), self._score_s, self._rule.plain(batch))
-        due = [(v.seq, v.seq.spec.plain_step(every)) for v in plain]
-        due = [(s, n) for s, n in due if n > 0]
-        if not due:
-            return None
+        assert self.pool is not None
         skip = self._unpaying | frozenset(self._plan.skip_drafters)
         names = [
             n
             for n in self._rule.drafters
             if isinstance(self.pool.drafters.get(n), ModelDrafter) and n not in skip
         ]
-        if not names:
-            return None
-        t0 = time.perf_counter()
-        seqs = [s for s, _ in due]
-        starts = [max(len(s.token_ids) - n, 1) for s, n in due]
-        try:
-            hits = self.pool.prompt_hits(seqs, starts, names)
-        except Exception:
-            log.exception("scoring %d sequence(s) at γ = 0 failed; every drafter catches up again", len(seqs))
-            self.reset()
-            return None
-        for seq, h in zip(seqs, hits, strict=True):
-            seq.spec.learn(h)
-        seconds = time.perf_counter() - t0
-        each = seconds / len(seqs)
-        self._score_s = each if self._score_s is None else 0.8 * self._score_s + 0.2 * each
-        return hits, seconds
+        return self.scores.plain([v.seq for v in plain], names, self._rule.plain(batch))
 
     @property
     def per_request(self) -> bool:
