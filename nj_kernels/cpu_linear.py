@@ -30,6 +30,7 @@ counts to read in address order, comma-separated (``1``: the blocks for every ot
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import json
@@ -158,10 +159,8 @@ def stream_rows(lib: ctypes.CDLL, cache_dir: Path | None = None) -> list[int]:
     except (OSError, ValueError):
         pass
     rows = measure_stream_rows(lib)
-    try:
+    with contextlib.suppress(OSError):
         path.write_text(json.dumps(rows), encoding="utf-8")
-    except OSError:
-        pass
     return rows
 
 
