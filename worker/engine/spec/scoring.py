@@ -27,9 +27,10 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from worker.engine.sequence import Sequence
+from worker.engine.spec.model_drafter import ModelDrafter
 from worker.engine.spec.plan import DEFAULT_ACCEPTANCE, PLAIN_SCORE_EVERY
 from worker.engine.spec.pool import DrafterPool
 
@@ -66,14 +67,28 @@ class PromptCentre:
     request started below its prior for the head and drafted with n-gram or nothing (nightjar
     0.959 of static chat head γ 2 at one user). The prompt ranks: a code
     prompt above the recent prompts' mean for the code drafter starts above its prior; the
-    level is the planner's, learned from drafts."""
+    level is the planner's, learned from drafts.
+
+    Among the model drafters (``ranked``: two or more scored on a prompt) the shift is
+    relative: each one's distance from the recent mean less their average distance, so a
+    prompt every drafter finds easier than the last ones (code after chat: repeated names,
+    fixed syntax) raises none of them over the others. Measured on SmolLM2 (greedy agreement,
+    12 prompts each, 2026-12-07): the chat head agrees with 11 % of a chat prompt's last tokens
+    and 59 % of its answer, with 26 % of a code prompt's and 42 % of its answer; the code head
+    13 % → 35 % and 27 % → 48 %. Shifted one by one, a code request after a chat phase started
+    the chat head 15 points above its chat-phase prior, where its acceptance is 17 points below
+    it (nightjar 0.934 of static n-gram γ 4 on one-user code after chat, BENCHMARKS.md). A
+    model-free drafter keeps its own shift: its agreement with the prompt is lookups of the
+    prompt's own text, which an answer repeats (n-gram: 29 % → 47 % on chat, 31 % → 61 % on
+    code)."""
 
     def __init__(self) -> None:
         self.mean: dict[str, list[float]] = {}  # drafter -> [accepted, judged], discounted
 
-    def centred(self, hits: Hits, prior: dict[str, float]) -> Hits:
+    def centred(self, hits: Hits, prior: dict[str, float], ranked: Collection[str] = ()) -> Hits:
         """Each sequence's (accepted, judged) per drafter with its acceptance moved to the
-        prior plus its distance from the running mean (this batch's prompts in it first)."""
+        prior plus its distance from the running mean (this batch's prompts in it first),
+        relative among the ``ranked`` drafters."""
         for h in hits:
             for m in self.mean.values():
                 m[0], m[1] = PROMPT_MEAN_DISCOUNT * m[0], PROMPT_MEAN_DISCOUNT * m[1]
@@ -82,10 +97,12 @@ class PromptCentre:
                 m[0], m[1] = m[0] + accepted, m[1] + judged
         out: Hits = []
         for h in hits:
+            shifts = {n: a / j - self.mean[n][0] / self.mean[n][1] for n, (a, j) in h.items()}
+            among = [shifts[n] for n in shifts if n in ranked]
+            common = sum(among) / len(among) if len(among) > 1 else 0.0
             row = {}
-            for name, (accepted, judged) in h.items():
-                m = self.mean[name]
-                shift = accepted / judged - m[0] / m[1]
+            for name, (_, judged) in h.items():
+                shift = shifts[name] - (common if name in ranked else 0.0)
                 alpha = min(max(prior.get(name, DEFAULT_ACCEPTANCE) + shift, 0.0), 1.0)
                 row[name] = (alpha * judged, judged)
             out.append(row)
@@ -103,7 +120,8 @@ class SequenceScores:
     def prompts(self, seqs: list[Sequence], names: list[str], prior: dict[str, float]) -> None:
         """The drafters ``names``' agreement with the last tokens of each new sequence's
         prompt (and its first output token), centred (``PromptCentre``), into the sequence's
-        counts at ``PROMPT_WEIGHT`` (a drafter not scored starts from the planner's prior)."""
+        counts at ``PROMPT_WEIGHT`` (a drafter not scored starts from the planner's prior); the
+        model drafters ranked against each other."""
         starts = [max(len(s.token_ids) - 1 - PROMPT_POSITIONS, 1) for s in seqs]
         try:
             hits = self.pool.prompt_hits(seqs, starts, names)
@@ -113,7 +131,8 @@ class SequenceScores:
             )
             self.on_failure()
             hits = [{} for _ in seqs]
-        for seq, h in zip(seqs, self.centre.centred(hits, prior), strict=True):
+        models = [n for n in names if isinstance(self.pool.drafters.get(n), ModelDrafter)]
+        for seq, h in zip(seqs, self.centre.centred(hits, prior, models), strict=True):
             for name, (accepted, judged) in h.items():
                 seq.spec.add(name, accepted, judged, PROMPT_WEIGHT)
             seq.spec.prompt_scored = True

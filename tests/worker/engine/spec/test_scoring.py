@@ -44,6 +44,27 @@ def test_the_prompt_prior_shifts_the_planners_prior_by_the_prompts_distance_from
     assert all(0.0 <= a <= n for row in fresh for a, n in row.values())
 
 
+def test_a_prompt_every_model_drafter_finds_easier_raises_none_over_the_others() -> None:
+    """SmolLM2 after a chat phase: both heads agree more with a code prompt than with the chat
+    prompts before it (26 % against 11-13 %), and the chat head is accepted less on its
+    answer. Ranked against each other, neither starts above its prior; a prompt one of them
+    finds easier than the other still ranks it first; n-gram keeps its own shift."""
+    chat, code, ngram = "chat-head", "code-head", "ngram"
+    prior = {chat: 0.58, code: 0.35, ngram: 0.45}
+    centre = PromptCentre()
+    models = (chat, code)
+    for _ in range(20):
+        centre.centred([{chat: (2.6, 24), code: (3.2, 24), ngram: (7.0, 24)}], prior, models)
+    (row,) = centre.centred([{chat: (6.2, 24), code: (6.4, 24), ngram: (9.0, 24)}], prior, models)
+    assert row[chat][0] / 24 == pytest.approx(0.58, abs=0.01)
+    assert row[code][0] / 24 == pytest.approx(0.35, abs=0.01)
+    assert row[ngram][0] / 24 > 0.45 + 0.05  # its own shift, not ranked with the heads
+    (one,) = centre.centred([{chat: (2.6, 24), code: (9.0, 24)}], prior, models)
+    assert one[code][0] / 24 > 0.35 + 0.1 and one[chat][0] / 24 < 0.58 - 0.1
+    (alone,) = centre.centred([{chat: (9.0, 24)}], prior, models)  # one model drafter: its own shift
+    assert alone[chat][0] / 24 > 0.58 + 0.1
+
+
 def test_a_sequence_at_gamma_0_is_scored_within_a_share_of_the_step_time() -> None:
     """Every 8th γ = 0 step at least; where a score is dear against the plain step, or many
     sequences run γ = 0, less often, so the scores cost at most ``PLAIN_SCORE_SHARE`` of a
