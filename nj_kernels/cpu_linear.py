@@ -25,12 +25,11 @@ so a verification of γ + 1 rows cost twice a decode row; an earlier AVX2 EPYC: 
 faster from 3 rows). ``stream_rows`` measures both once per machine on first use (about 0.2 s,
 kept beside the built library) and sets the faster per row count; both give the same bits, so
 the choice never changes a result. ``NIGHTJAR_SKINNY_STREAM``: ``auto`` (default), or the row
-counts to read in address order, comma-separated (``1``: the blocks for every other count).
+counts to read in address order, comma-separated (``1``: the order before the measurement).
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import hashlib
 import json
@@ -63,6 +62,7 @@ MAX_ROWS_THREADS = 16
 PASS_ROWS = 6  # MB in skinny_linear.c: the row counts whose reading order is chosen, 1..this
 CALIBRATION_BYTES = 64 << 20  # weights each order reads per measurement: beyond the caches
 CALIBRATION_REPEATS = 3  # measurements of each order per row count, alternating; the least counts
+STREAM_MARGIN = 0.03  # the address order replaces the blocks for a row count only this much faster
 
 _lib: ctypes.CDLL | None = None
 _tried = False
@@ -137,10 +137,22 @@ def _load() -> ctypes.CDLL | None:
     fn.restype = None
     lib.skinny_set_stream.argtypes = [ctypes.c_int, ctypes.c_int]
     lib.skinny_set_stream.restype = None
-    for m in stream_rows(lib):
-        lib.skinny_set_stream(m, 1)
+    try:
+        rows = stream_rows(lib)
+    except Exception:  # the kernel still works in the order it was built with; only speed differs
+        log.exception("skinny linear: measuring the reading order failed; keeping the built-in one")
+        rows = [1]
+    for m in range(1, PASS_ROWS + 1):
+        lib.skinny_set_stream(m, int(m in rows))
     _lib = lib
     return lib
+
+
+def _rows(values: object) -> list[int] | None:
+    """Row counts within a pass, sorted (None: not a list of them)."""
+    if not isinstance(values, list) or not all(type(v) is int for v in values):
+        return None
+    return sorted({v for v in values if 1 <= v <= PASS_ROWS})
 
 
 def stream_rows(lib: ctypes.CDLL, cache_dir: Path | None = None) -> list[int]:
@@ -148,26 +160,41 @@ def stream_rows(lib: ctypes.CDLL, cache_dir: Path | None = None) -> list[int]:
     measured once per machine (``measure_stream_rows``) and kept beside the library."""
     given = os.environ.get("NIGHTJAR_SKINNY_STREAM", "auto").strip().lower()
     if given != "auto":
-        return sorted({int(v) for v in given.split(",") if v.strip().isdigit() and 1 <= int(v) <= PASS_ROWS})
+        values = [v.strip() for v in given.split(",") if v.strip()]
+        bad = [v for v in values if not v.isdigit() or not 1 <= int(v) <= PASS_ROWS]
+        if bad:
+            log.warning("NIGHTJAR_SKINNY_STREAM: ignoring %s (row counts 1-%d)", bad, PASS_ROWS)
+        return sorted({int(v) for v in values if v not in bad})
     source = b"".join(p.read_bytes() for p in SOURCES + HEADERS)
-    key = hashlib.sha256(source + " ".join(FLAGS).encode() + _machine_key().encode()).hexdigest()[:16]
-    path = (cache_dir or _cache_dir()) / f"skinny_linear-{key}.stream.json"
+    settings = f"{CALIBRATION_BYTES} {CALIBRATION_REPEATS} {STREAM_MARGIN}".encode()
+    key = hashlib.sha256(source + settings + " ".join(FLAGS).encode() + _machine_key().encode()).hexdigest()[
+        :16
+    ]
+    out_dir = cache_dir or _cache_dir()
+    path = out_dir / f"skinny_linear-{key}.stream.json"
     try:
-        rows = json.loads(path.read_text(encoding="utf-8"))
-        if isinstance(rows, list) and all(isinstance(m, int) for m in rows):
-            return rows
+        kept = _rows(json.loads(path.read_text(encoding="utf-8")))
+        if kept is not None:
+            return kept
     except (OSError, ValueError):
         pass
     rows = measure_stream_rows(lib)
-    with contextlib.suppress(OSError):
-        path.write_text(json.dumps(rows), encoding="utf-8")
+    try:  # atomic, as build(): processes measuring at once each write their own file
+        out_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".json", dir=out_dir)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(rows, f)
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.warning("skinny linear: cannot keep the measured reading order in %s: %s", out_dir, exc)
     return rows
 
 
 def measure_stream_rows(lib: ctypes.CDLL) -> list[int]:
-    """Each row count 1..``PASS_ROWS`` timed in both reading orders over ``CALIBRATION_BYTES``
+    """Each row count 2..``PASS_ROWS`` timed in both reading orders over ``CALIBRATION_BYTES``
     of weights (alternating, the least of ``CALIBRATION_REPEATS``); those the address order
-    reads faster. One row always: there it is the faster by design (a plain read)."""
+    reads ``STREAM_MARGIN`` faster, and one row always: there it is the faster by design (a
+    plain read)."""
     k = 576
     w = torch.empty(CALIBRATION_BYTES // (4 * k), k).uniform_(-1.0, 1.0)
     n = w.shape[0]
@@ -183,7 +210,7 @@ def measure_stream_rows(lib: ctypes.CDLL) -> list[int]:
                 lib.skinny_linear(x.data_ptr(), w.data_ptr(), None, y.data_ptr(), m, n, k)
                 best[on] = min(best[on], time.perf_counter() - t0)
         lib.skinny_set_stream(m, 0)
-        if best[1] < best[0]:
+        if best[1] < (1.0 - STREAM_MARGIN) * best[0]:
             out.append(m)
     log.info("skinny linear: rows read in address order here: %s", out)
     return out

@@ -94,8 +94,8 @@ static inline __attribute__((always_inline)) void block(
  * is multiplied by all mn input rows (reloaded from L1 for every weight row): for one pass of
  * a single input row, where reading the weights is the whole cost (SmolLM2's matrices at M = 1:
  * 1.07-1.08x the best plain read of the same bytes, `block` 1.18-1.23x; 2026-12-04, loaded VM). With more input rows the chains of dependent
- * FMAs of one weight row at a time cost more than the order gains (M = 3: 1.20x, `block`
- * 1.11x), so they take `block`. */
+ * FMAs of one weight row at a time can cost more than the order gains (Intel, M = 3: 1.20x,
+ * `block` 1.11x) or less (AVX-512 EPYC, M = 2: 9.7 ms against 16.4): stream_for says, per M. */
 static inline __attribute__((always_inline)) void block_stream(
     const float* x, const float* w, const float* bias, float* y,
     int mn, int n0, int nn, int N, int K) {
@@ -120,7 +120,7 @@ static inline __attribute__((always_inline)) void block_stream(
 }
 
 void skinny_linear(const float* x, const float* w, const float* bias, float* y, int M, int N, int K) {
-    if (M <= MB && stream_for[M]) { /* one pass over the weights: read them in address order */
+    if (M >= 1 && M <= MB && stream_for[M]) { /* one pass over the weights: read them in address order */
         int n0 = 0;
         for (; n0 + NB <= N; n0 += NB) {
             switch (M) { /* constant sizes, so the accumulators stay in registers */

@@ -65,6 +65,13 @@ def test_the_build_is_cached_by_source_and_machine(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no temporary file left behind
 
 
+def _restore(lib: object) -> None:
+    """The process's reading orders as it loaded them (other tests run after these)."""
+    rows = cpu_linear.stream_rows(lib)  # type: ignore[arg-type]
+    for m in range(1, cpu_linear.PASS_ROWS + 1):
+        lib.skinny_set_stream(m, int(m in rows))  # type: ignore[attr-defined]
+
+
 def test_both_reading_orders_give_the_same_bits_for_every_row_count() -> None:
     """The order the weights are read in is chosen per machine (``stream_rows``): it must
     never change a result."""
@@ -72,7 +79,6 @@ def test_both_reading_orders_give_the_same_bits_for_every_row_count() -> None:
     assert lib is not None
     g = torch.Generator().manual_seed(1)
     w, b = torch.randn(37, 577, generator=g), torch.randn(37, generator=g)
-    chosen = cpu_linear.stream_rows(lib)
     try:
         for m in range(1, cpu_linear.PASS_ROWS + 1):
             x = torch.randn(m, 577, generator=g)
@@ -83,8 +89,7 @@ def test_both_reading_orders_give_the_same_bits_for_every_row_count() -> None:
             assert torch.equal(got[0], got[1]), m
             torch.testing.assert_close(got[0], F.linear(x, w, b), rtol=1e-5, atol=1e-4)
     finally:
-        for m in range(1, cpu_linear.PASS_ROWS + 1):
-            lib.skinny_set_stream(m, int(m in chosen))
+        _restore(lib)
 
 
 def test_the_reading_order_is_measured_once_per_machine_or_given(
@@ -102,14 +107,43 @@ def test_the_reading_order_is_measured_once_per_machine_or_given(
     monkeypatch.delenv("NIGHTJAR_SKINNY_STREAM", raising=False)
     assert cpu_linear.stream_rows(lib, tmp_path) == [1, 2, 3]
     assert cpu_linear.stream_rows(lib, tmp_path) == [1, 2, 3] and measured == [1]  # kept
-    monkeypatch.setenv("NIGHTJAR_SKINNY_STREAM", "1,4,99")
+    (kept,) = tmp_path.iterdir()  # one file, no temporary one left behind
+    kept.write_text("[1, 2", encoding="utf-8")  # torn or corrupt: measured again
+    assert cpu_linear.stream_rows(lib, tmp_path) == [1, 2, 3] and measured == [1, 1]
+    kept.write_text("[1, 99]", encoding="utf-8")  # out of range: only what can be set
+    assert cpu_linear.stream_rows(lib, tmp_path) == [1]
+    monkeypatch.setenv("NIGHTJAR_SKINNY_STREAM", "1,4,99,x")
     assert cpu_linear.stream_rows(lib, tmp_path) == [1, 4]
+    monkeypatch.setenv("NIGHTJAR_SKINNY_STREAM", "2")  # one row in blocks too, as asked
+    assert cpu_linear.stream_rows(lib, tmp_path) == [2]
 
 
-def test_the_measurement_picks_row_counts_within_a_pass() -> None:
+def test_the_measurement_takes_the_faster_order_per_row_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Timed side by side: the address order where it is ``STREAM_MARGIN`` faster, the
+    blocks elsewhere (here a clock that makes the address order faster for even row counts)."""
     lib = cpu_linear.library()
     assert lib is not None
-    rows = cpu_linear.measure_stream_rows(lib)
-    assert rows[0] == 1 and set(rows) <= set(range(1, cpu_linear.PASS_ROWS + 1))
-    for m in range(1, cpu_linear.PASS_ROWS + 1):  # what the process runs with again
-        lib.skinny_set_stream(m, int(m in cpu_linear.stream_rows(lib)))
+    monkeypatch.setattr(cpu_linear, "CALIBRATION_BYTES", 1 << 20)
+    rows = cpu_linear.measure_stream_rows(lib)  # the real clock: any answer within a pass
+    assert 1 in rows and set(rows) <= set(range(1, cpu_linear.PASS_ROWS + 1))
+    calls: list[tuple[int, int]] = []
+    real = lib.skinny_set_stream
+
+    class Fake:
+        def __init__(self) -> None:
+            self.state: dict[int, int] = {}
+            self.t = 0.0
+
+        def skinny_set_stream(self, m: int, on: int) -> None:
+            self.state[m] = on
+            calls.append((m, on))
+
+        def skinny_linear(self, x: int, w: int, b: object, y: int, m: int, n: int, k: int) -> None:
+            self.t += 1.0 if (self.state.get(m) and m % 2 == 0) else 2.0
+
+    fake = Fake()
+    monkeypatch.setattr(cpu_linear.time, "perf_counter", lambda: fake.t)
+    assert cpu_linear.measure_stream_rows(fake) == [1, 2, 4, 6]  # type: ignore[arg-type]
+    assert all(on == 0 for m, on in calls if (m, on) == calls[-1])  # each left at the blocks
+    assert real is lib.skinny_set_stream
+    _restore(lib)
