@@ -256,15 +256,6 @@ async def holdings(r: aioredis.Redis, job_ids: list[str]) -> dict[str, Holding]:
     return out
 
 
-async def tokens_flowing(r: aioredis.Redis, job_ids: list[str], workers: tuple[str, ...]) -> bool:
-    """Every worker has streamed tokens of the run and the run is still going (a worker whose
-    share of a burst is short may finish it between two looks: requiring it to be caught
-    mid-job made this wait time out now and then)."""
-    held = (await holdings(r, job_ids)).values()
-    streamed = {h.worker for h in held if h.events >= 3}
-    return streamed == set(workers) and any(h.status == "running" for h in held)
-
-
 async def all_running(r: aioredis.Redis, job_ids: list[str], workers: tuple[str, ...]) -> bool:
     """Every job started and still running, and every worker has written events of them."""
     held = (await holdings(r, job_ids)).values()

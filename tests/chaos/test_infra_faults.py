@@ -1,8 +1,8 @@
 """The planner goes away mid-run; the services live on and no accepted job is lost.
 (Redis going away: tests/chaos/test_redis_outage.py.)
 
-(d) The planner killed mid-run: jobs keep finishing on the decision in force; a restarted
-planner publishes again and both workers apply it.
+(d) The planner killed as a run starts: jobs keep finishing on the decision in force; a
+restarted planner publishes again and both workers apply it.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from tests.chaos.jobs import (
     latest_decision,
     submit_all,
     tally,
-    tokens_flowing,
     wait_acked,
     wait_all_ended,
 )
@@ -40,7 +39,9 @@ async def test_planner_killed_mid_run(healthy: Cluster, gw: httpx.AsyncClient, r
     before = await latest_decision(r)
     n_tokens = N_TOKENS
     job_ids = await submit_all(gw, PROMPTS[8:], max_tokens=n_tokens, ignore_eos=True)
-    await poll(lambda: tokens_flowing(r, list(job_ids), c.workers), 60, "both workers streaming tokens")
+    # Killed as soon as the jobs are accepted, so it is dead for the whole run. (Waiting for
+    # both workers to be caught streaming first timed out in CI: 48-token jobs on the tiny
+    # model end within a poll or two, and an ended run is never caught "running".)
     c.signal("planner", signal.SIGKILL)
     await wait_all_ended(r, list(job_ids), 90, "every job to end with the planner dead")
     expected = {j: expected_greedy(c.model_dir, p, n_tokens) for j, p in job_ids.items()}
