@@ -34,6 +34,7 @@ from tests.e2e.conftest import poll
 
 pytestmark = [pytest.mark.chaos, pytest.mark.redis, pytest.mark.anyio]
 
+
 async def test_planner_killed_mid_run(healthy: Cluster, gw: httpx.AsyncClient, r: aioredis.Redis) -> None:
     c = healthy
     before = await latest_decision(r)
