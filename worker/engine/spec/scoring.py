@@ -123,13 +123,8 @@ class SequenceScores:
         counts at ``PROMPT_WEIGHT`` (a drafter not scored starts from the planner's prior); the
         model drafters ranked against each other."""
         starts = [max(len(s.token_ids) - 1 - PROMPT_POSITIONS, 1) for s in seqs]
-        try:
-            hits = self.pool.prompt_hits(seqs, starts, names)
-        except Exception:
-            log.exception(
-                "scoring the prompts of %d sequence(s) failed; every drafter catches up again", len(seqs)
-            )
-            self.on_failure()
+        hits = self._hits(seqs, starts, names, "their prompts")
+        if hits is None:
             hits = [{} for _ in seqs]
         models = [n for n in names if isinstance(self.pool.drafters.get(n), ModelDrafter)]
         for seq, h in zip(seqs, self.centre.centred(hits, prior, models), strict=True):
@@ -149,13 +144,8 @@ class SequenceScores:
         t0 = time.perf_counter()
         scored = [s for s, _ in due]
         starts = [max(len(s.token_ids) - n, 1) for s, n in due]
-        try:
-            hits = self.pool.prompt_hits(scored, starts, names)
-        except Exception:
-            log.exception(
-                "scoring %d sequence(s) at γ = 0 failed; every drafter catches up again", len(scored)
-            )
-            self.on_failure()
+        hits = self._hits(scored, starts, names, "at γ = 0")
+        if hits is None:
             return None
         for seq, h in zip(scored, hits, strict=True):
             seq.spec.learn(h)
@@ -164,3 +154,15 @@ class SequenceScores:
         w = SCORE_TIME_WEIGHT
         self.score_s = each if self.score_s is None else (1 - w) * self.score_s + w * each
         return hits, seconds
+
+    def _hits(self, seqs: list[Sequence], starts: list[int], names: list[str], what: str) -> Hits | None:
+        """``pool.prompt_hits``; None where it raised (logged, and every drafter's state reset:
+        a failed score costs the drafters their caches, never a request)."""
+        try:
+            return self.pool.prompt_hits(seqs, starts, names)
+        except Exception:
+            log.exception(
+                "scoring %d sequence(s) (%s) failed; every drafter catches up again", len(seqs), what
+            )
+            self.on_failure()
+            return None
