@@ -328,6 +328,7 @@ class WorkerService:
 
     # -- the engine -----------------------------------------------------------------------
     async def _engine_loop(self) -> None:
+        self._ended = None  # a loop (re)started after no step of its own: no gap to charge
         while True:
             if not self.engine.has_unfinished():
                 self._ended = None  # waiting for work is no step's cost

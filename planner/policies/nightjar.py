@@ -10,8 +10,14 @@ to explore for:
   verification runs; n-gram is priced at the γ it proposes: the workers verify only what it
   proposes, and choose it only at a γ it has a proposal for), at the
   served steps' mean context, each scaled by what serving measures beyond the profile (the
-  moving ratio of served to predicted time of plain decode steps, and of speculative ones,
-  per batch class; a class with no speculative step yet takes the plain ratio), plus what the
+  moving ratio of served to predicted time of plain decode steps per batch class, times the
+  moving excess of speculative steps over it per drafter and batch class: what a drafter adds
+  beyond its profiled draft steps is its own — a feature head's catch-up on the features
+  of the tokens it did not draft, ~1.2 ms a step on SmolLM2 at one user, which n-gram does
+  not pay; shared by every drafter it priced the head as cheap as n-gram, so nightjar drafted
+  half its mixed-phase steps with a head that did not win served. A drafter whose steps have
+  not been seen takes the excess of every speculative step at its class; a class with no
+  speculative step yet takes the plain ratio), plus what the
   worker spends between steps (``gap_time``: its writes, telemetry, intake; per batch class,
   plain and speculative), which a step that emits more tokens pays fewer times a token;
 - **acceptance** per drafter (``Decision.acceptance``, ``acceptance_hi``): a discounted Beta of
@@ -97,6 +103,7 @@ class NightjarPolicy(Policy):
         self.context: float | None = None  # moving mean of the served steps' tokens per sequence
         self.ratio_plain: dict[int, float] = {}  # batch class -> served / predicted, γ = 0 steps
         self.spec_excess: dict[int, float] = {}  # batch class -> γ > 0 steps' ratio / plain's
+        self.drafter_excess: dict[str, dict[int, float]] = {}  # the same, of one drafter's steps
         self.gap: dict[bool, dict[int, float]] = {False: {}, True: {}}  # γ > 0? -> class -> gap_time
         self.offload = OffloadRule(**{k: p[k] for k in OFFLOAD_PARAMS}) if p["offload"] else None
         self.buckets = Buckets("pow2")
@@ -136,7 +143,8 @@ class NightjarPolicy(Policy):
         or a speculative step that scored two prompts (42 ms of a 108 ms step at 4 users) sets
         the ratio at 2.2 and no speculative step runs again to correct it. A speculative class
         is priced at its plain ratio times a moving excess (starting at 1, one step's within
-        [1 / ``RATIO_CLIP``, ``RATIO_CLIP``]): no single step decides."""
+        [1 / ``RATIO_CLIP``, ``RATIO_CLIP``]): no single step decides. Each drafter that drafted
+        in the step moves its own excess by its share of the step's drafted sequences."""
         predicted = self._predicted(t)
         if predicted is None or predicted <= 0:
             return
@@ -145,7 +153,13 @@ class NightjarPolicy(Policy):
         c = _class(t.batch_size)
         if t.gamma > 0:  # relative to the class's plain ratio: what speculating adds
             excess = min(max(ratio / _nearest(self.ratio_plain, c, 1.0), 1.0 / RATIO_CLIP), RATIO_CLIP)
-            self.spec_excess[c] = _move(self.spec_excess.get(c, 1.0), excess)
+            shared = self.spec_excess.get(c, 1.0)
+            self.spec_excess[c] = _move(shared, excess)
+            drafted = sum(t.drafter_shares.values())
+            for d, n in t.drafter_shares.items():
+                if n > 0:
+                    own = self.drafter_excess.setdefault(d, {})
+                    own[c] = _move(own.get(c, shared), excess, n / drafted)
         else:
             self.ratio_plain[c] = ratio if c not in self.ratio_plain else _move(self.ratio_plain[c], ratio)
 
@@ -163,14 +177,19 @@ class NightjarPolicy(Policy):
 
     # ------------------------------------------------------------------ deciding
 
-    def _ratio(self, batch: int, spec: bool) -> float:
-        """Served/predicted for a plain or a speculative step at this batch size (a class with
-        no speculative step of its own takes the nearest measured class's excess)."""
+    def _ratio(self, batch: int, drafter: str | None = None) -> float:
+        """Served/predicted for a plain step (``drafter`` None) or a speculative step with
+        ``drafter`` at this batch size: the drafter's own excess where it drafted at this batch
+        class, else every speculative step's at the nearest class seen (a head's excess at one
+        sequence says little of a step of 32)."""
         if not self.p["calibrate"]:
             return 1.0
         c = _class(batch)
         plain = _nearest(self.ratio_plain, c, 1.0)
-        return plain * _nearest(self.spec_excess, c, 1.0) if spec else plain
+        if drafter is None:
+            return plain
+        own = self.drafter_excess.get(drafter, {})
+        return plain * (own[c] if c in own else _nearest(self.spec_excess, c, 1.0))
 
     def _gap(self, batch: int, spec: bool) -> float:
         """What the worker spends between steps, as served (``gap_time``: streaming, telemetry,
@@ -201,10 +220,10 @@ class NightjarPolicy(Policy):
             batches.append(top)
         out = []
         for b in batches:
-            plain = p.target(b, 1, self.context) * self._ratio(b, False) + self._gap(b, False)
+            plain = p.target(b, 1, self.context) * self._ratio(b) + self._gap(b, False)
             spec = {
                 d: [
-                    (g * p.draft(b, d) + p.target(b, g + 1, self.context)) * self._ratio(b, True)
+                    (g * p.draft(b, d) + p.target(b, g + 1, self.context)) * self._ratio(b, d)
                     + self._gap(b, True)
                     for g in range(1, gmax + 1)
                 ]
@@ -297,6 +316,7 @@ class NightjarPolicy(Policy):
             "context": self.context,
             "ratio_plain": {str(c): r for c, r in self.ratio_plain.items()},
             "spec_excess": {str(c): r for c, r in self.spec_excess.items()},
+            "drafter_excess": {d: {str(c): r for c, r in t.items()} for d, t in self.drafter_excess.items()},
             "gap": {k: {str(c): g for c, g in self.gap[k == "spec"].items()} for k in ("plain", "spec")},
             "offload": self.offload.state_dict() if self.offload is not None else None,
         }
@@ -311,6 +331,9 @@ class NightjarPolicy(Policy):
         self.context = None if ctx is None else float(ctx)
         self.ratio_plain = {int(c): float(r) for c, r in state.get("ratio_plain", {}).items()}
         self.spec_excess = {int(c): float(r) for c, r in state.get("spec_excess", {}).items()}
+        self.drafter_excess = {
+            str(d): {int(c): float(r) for c, r in t.items()} for d, t in state.get("drafter_excess", {}).items()
+        }
         gap = state.get("gap", {})
         self.gap = {
             k == "spec": {int(c): float(g) for c, g in gap.get(k, {}).items()} for k in ("plain", "spec")
@@ -319,8 +342,8 @@ class NightjarPolicy(Policy):
             self.offload.load_state_dict(state["offload"])
 
 
-def _move(mean: float, x: float) -> float:
-    return mean + RATIO_WEIGHT * (x - mean)
+def _move(mean: float, x: float, share: float = 1.0) -> float:
+    return mean + RATIO_WEIGHT * share * (x - mean)
 
 
 def _class(batch: int) -> int:

@@ -94,6 +94,33 @@ def test_served_steps_calibrate_the_profile_by_batch_class() -> None:
     assert c1.spec_s["head"][1] == pytest.approx(0.06, rel=0.05)
 
 
+def test_each_drafter_is_priced_at_its_own_served_excess() -> None:
+    """At one sequence, head steps serve 1.3× their profiled time (a head's catch-up on the
+    tokens it did not draft, which the profile's draft steps leave out) and n-gram steps 1.0×:
+    each is priced at its own, not at the mean of both; a drafter not yet seen takes the
+    class's excess of every speculative step."""
+    pol = _policy()
+    pol.use_profile(_profile())
+    prof = pol.profile
+    assert prof is not None
+    for _ in range(200):
+        pol.observe(_step(1, 0.05))
+    head2 = 2 * prof.draft(1, "head") + prof.target(1, 3, 100.0)
+    ngram2 = 2 * prof.draft(1, "ngram") + prof.target(1, 3, 100.0)
+    for _ in range(200):
+        pol.observe(_step(1, 1.3 * head2, gamma=2, proposed=2, num_drafts=1, drafter_shares={"head": 1}))
+        pol.observe(_step(1, ngram2, gamma=2, proposed=2, num_drafts=1, drafter_shares={"ngram": 1}))
+    c1 = pol.decide(0.0).step_costs[0]
+    assert c1.spec_s["head"][1] == pytest.approx(1.3 * head2, rel=0.03)
+    assert c1.spec_s["ngram"][1] == pytest.approx(ngram2, rel=0.03)
+    shared = pol.spec_excess[1]
+    assert 1.05 < shared < 1.25  # every speculative step's: what a new drafter starts from
+    restored = _policy()
+    restored.load_state_dict(pol.state_dict())
+    restored.use_profile(_profile())
+    assert restored.decide(0.0).step_costs == pol.decide(0.0).step_costs
+
+
 def test_acceptance_is_learnt_from_what_the_workers_verify() -> None:
     pol = _policy()
     pol.use_profile(_profile())
