@@ -84,6 +84,7 @@ class NightjarPolicy(Policy):
         "hold_min": int_param(4, "K at least", 1, 1 << 16),
         "hold_max": int_param(64, "K at most", 1, 1 << 16),
         "calibrate": bool_param(True, "scale the profile by served/predicted step times"),
+        "own_excess": bool_param(True, "price each drafter at its own served excess (false: one shared)"),
         "offload": bool_param(True, "offload the draft under memory pressure (see offload_*)"),
         **OFFLOAD_PARAMS,
     }
@@ -188,7 +189,7 @@ class NightjarPolicy(Policy):
         plain = _nearest(self.ratio_plain, c, 1.0)
         if drafter is None:
             return plain
-        own = self.drafter_excess.get(drafter, {})
+        own = self.drafter_excess.get(drafter, {}) if self.p["own_excess"] else {}
         return plain * (own[c] if c in own else _nearest(self.spec_excess, c, 1.0))
 
     def _gap(self, batch: int, spec: bool) -> float:

@@ -119,6 +119,11 @@ def test_each_drafter_is_priced_at_its_own_served_excess() -> None:
     restored.load_state_dict(pol.state_dict())
     restored.use_profile(_profile())
     assert restored.decide(0.0).step_costs == pol.decide(0.0).step_costs
+    one = _policy(own_excess=False)  # the A/B switch: one excess for every drafter, as before
+    one.load_state_dict(pol.state_dict())
+    one.use_profile(_profile())
+    c1 = one.decide(0.0).step_costs[0]
+    assert c1.spec_s["head"][1] / head2 == pytest.approx(c1.spec_s["ngram"][1] / ngram2, rel=1e-6)
 
 
 def test_acceptance_is_learnt_from_what_the_workers_verify() -> None:
