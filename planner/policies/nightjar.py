@@ -332,9 +332,8 @@ class NightjarPolicy(Policy):
         self.context = None if ctx is None else float(ctx)
         self.ratio_plain = {int(c): float(r) for c, r in state.get("ratio_plain", {}).items()}
         self.spec_excess = {int(c): float(r) for c, r in state.get("spec_excess", {}).items()}
-        self.drafter_excess = {
-            str(d): {int(c): float(r) for c, r in t.items()} for d, t in state.get("drafter_excess", {}).items()
-        }
+        own = state.get("drafter_excess", {})
+        self.drafter_excess = {str(d): {int(c): float(r) for c, r in t.items()} for d, t in own.items()}
         gap = state.get("gap", {})
         self.gap = {
             k == "spec": {int(c): float(g) for c, g in gap.get(k, {}).items()} for k in ("plain", "spec")
