@@ -26,7 +26,16 @@ to explore for:
   step where it proposed, once ``MIN_RUNS`` are in), its mean the prior a new sequence
   starts from, mean + ``z`` standard deviations the highest a sequence could plausibly have —
   where no drafter pays even there, the workers do no speculative work at all (γ = 0 costs
-  what static γ = 0 costs);
+  what static γ = 0 costs). A drafter the workers leave out of their scores (the cost rule
+  scores only the drafters that could pay at that bound) learns nothing, so a bound the last
+  text set low would keep it out for good: on nj-target the code drafter, priced out by the
+  stories phase, was scored in 1 of 8,674 steps of the one-user code phase and drafted none
+  (nightjar 0.77 of static code drafter γ 2 there). So while others draft, a drafter
+  unscored for ``UNSCORED_STEPS`` steps forgets: its counts fade by ``UNSCORED_DISCOUNT`` a
+  drafted step (its mean kept, down to the weight of two positions), its bound rises until
+  the workers score it again — on prompts first (one forward over tokens already there), and
+  it drafts where a prompt puts a sequence's acceptance where it pays. Steps where nothing
+  drafts (a busy batch) fade nothing: there a bound that rose would bring back work at γ = 0;
 - **hold_by_drafter** K: a sequence switches into a drafter's pairs only after K steps of
   the pair it holds, unless its batch-size class changes. K amortises the switch as the
   Nightjar paper's loss does (ℓ + C_switch/γ): per drafter, the smallest K with C_switch ≤
@@ -65,6 +74,8 @@ from shared.profile import CostProfile
 RATIO_WEIGHT = 0.05  # a served step's weight in its class's moving ratio (~20 steps)
 RATIO_CLIP = 2.0  # one speculative step's ratio within [plain / this, plain * this]
 MIN_RUNS = 16.0  # proposing n-gram positions judged (discounted) before its lookahead gives its prior
+UNSCORED_STEPS = 64  # drafted steps without a drafter's score before its counts start to fade
+UNSCORED_DISCOUNT = 0.995  # per drafted step after that (the weight halves in ~140 steps)
 
 
 class NightjarPolicy(Policy):
@@ -100,6 +111,7 @@ class NightjarPolicy(Policy):
         self.p = p
         self.profile: CostProfile | None = None
         self.acceptance: dict[str, Beta] = {}
+        self.unscored: dict[str, int] = {}  # drafter -> drafted steps since its last score
         self.runs: dict[str, Runs] = {}  # model-free drafters' lookahead
         self.context: float | None = None  # moving mean of the served steps' tokens per sequence
         self.ratio_plain: dict[int, float] = {}  # batch class -> served / predicted, γ = 0 steps
@@ -130,6 +142,11 @@ class NightjarPolicy(Policy):
             # scored now and then (plan.py: every 16th verification): one sequence's weight.
             weight = float(t.drafter_shares.get(name, 0) or 1)
             self.acceptance.setdefault(name, Beta()).add(float(rate), weight, self.discount)
+        if t.drafter_shares:  # others drafted: a drafter left out of the scores learns nothing
+            for name, beta in self.acceptance.items():
+                n = self.unscored[name] = 0 if name in t.counterfactual else self.unscored.get(name, 0) + 1
+                if n > UNSCORED_STEPS:
+                    beta.fade(UNSCORED_DISCOUNT)
         if self.p["calibrate"] and prices_gamma(t):
             self._calibrate(t)
             gaps, c = self.gap[t.gamma > 0], _class(t.batch_size)
@@ -314,6 +331,7 @@ class NightjarPolicy(Policy):
         return {
             "acceptance": {n: [b.a, b.b] for n, b in self.acceptance.items()},
             "runs": {n: [r.accepted, r.proposed] for n, r in self.runs.items()},
+            "unscored": dict(self.unscored),
             "context": self.context,
             "ratio_plain": {str(c): r for c, r in self.ratio_plain.items()},
             "spec_excess": {str(c): r for c, r in self.spec_excess.items()},
@@ -328,6 +346,7 @@ class NightjarPolicy(Policy):
         }
         self.runs = {str(n): Runs([float(x) for x in v[0]], [float(x) for x in v[1]])
                      for n, v in state.get("runs", {}).items()}  # fmt: skip
+        self.unscored = {str(n): int(k) for n, k in state.get("unscored", {}).items()}
         ctx = state.get("context")
         self.context = None if ctx is None else float(ctx)
         self.ratio_plain = {int(c): float(r) for c, r in state.get("ratio_plain", {}).items()}

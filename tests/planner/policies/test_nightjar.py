@@ -250,3 +250,37 @@ def test_the_services_time_between_steps_is_part_of_every_step_as_served() -> No
     again.use_profile(_profile())
     again.load_state_dict(pol.state_dict())
     assert again.step_costs() == pol.step_costs()
+
+
+def test_a_drafter_left_out_of_the_scores_while_others_draft_is_let_back_in() -> None:
+    """The head's prior fell to 0.1 on text it did not fit (its plausible highest too low to
+    pay, so the workers stop scoring it). While n-gram drafts without scoring it, after
+    ``UNSCORED_STEPS`` its counts fade — its mean kept, its bound rising — until the bound
+    says it could pay again and the workers score it; steps where nothing drafts fade nothing
+    (a busy batch: a risen bound would bring back work at γ = 0), and a scored drafter keeps
+    its counts."""
+    from planner.policies.nightjar import UNSCORED_STEPS
+
+    pol = _policy()
+    pol.use_profile(_profile())
+    for _ in range(300):
+        pol.observe(_step(1, 0.05, gamma=2, proposed=2, num_drafts=1, drafter_shares={"head": 1},
+                          counterfactual={"head": 0.1}))  # fmt: skip
+    low = pol.decide(0.0).acceptance_hi["head"]
+    assert low < 0.2
+    for _ in range(500):  # a busy phase: γ = 0, nothing drafted, nothing scored
+        pol.observe(_step(16, 0.2))
+    assert pol.decide(0.0).acceptance_hi["head"] == pytest.approx(low)
+    ngram = {"gamma": 2, "proposed": 2, "num_drafts": 1, "drafter_shares": {"ngram": 1}}
+    for _ in range(UNSCORED_STEPS):
+        pol.observe(_step(1, 0.05, counterfactual={"ngram": 0.5}, **ngram))
+    assert pol.decide(0.0).acceptance_hi["head"] == pytest.approx(low)  # not yet
+    for _ in range(1000):
+        pol.observe(_step(1, 0.05, counterfactual={"ngram": 0.5}, **ngram))
+    choice = pol.decide(0.0)
+    assert choice.acceptance["head"] == pytest.approx(0.1, abs=0.01)  # the mean is kept
+    assert choice.acceptance_hi["head"] > 0.3
+    beta = pol.acceptance["head"]
+    assert beta.a + beta.b == pytest.approx(2.0, rel=0.01)  # down to two positions, no further
+    before = pol.acceptance["ngram"].a + pol.acceptance["ngram"].b
+    assert before > 20  # n-gram, scored at every step, keeps its counts
