@@ -95,6 +95,7 @@ class NightjarPolicy(Policy):
         "hold_min": int_param(4, "K at least", 1, 1 << 16),
         "hold_max": int_param(64, "K at most", 1, 1 << 16),
         "calibrate": bool_param(True, "scale the profile by served/predicted step times"),
+        "forget_unscored": bool_param(True, "fade the counts of a drafter left unscored while others draft"),
         "own_excess": bool_param(True, "price each drafter at its own served excess (false: one shared)"),
         "offload": bool_param(True, "offload the draft under memory pressure (see offload_*)"),
         **OFFLOAD_PARAMS,
@@ -142,7 +143,8 @@ class NightjarPolicy(Policy):
             # scored now and then (plan.py: every 16th verification): one sequence's weight.
             weight = float(t.drafter_shares.get(name, 0) or 1)
             self.acceptance.setdefault(name, Beta()).add(float(rate), weight, self.discount)
-        if t.drafter_shares:  # others drafted: a drafter left out of the scores learns nothing
+        # Others drafted: a drafter left out of the scores learns nothing.
+        if t.drafter_shares and self.p["forget_unscored"]:
             for name, beta in self.acceptance.items():
                 n = self.unscored[name] = 0 if name in t.counterfactual else self.unscored.get(name, 0) + 1
                 if n > UNSCORED_STEPS:
