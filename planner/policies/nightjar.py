@@ -15,7 +15,9 @@ to explore for:
   beyond its profiled draft steps is its own — a feature head's catch-up on the features
   of the tokens it did not draft, ~1.2 ms a step on SmolLM2 at one user, which n-gram does
   not pay; shared by every drafter it priced the head as cheap as n-gram, so nightjar drafted
-  half its mixed-phase steps with a head that did not win served. A drafter whose steps have
+  half its mixed-phase steps with a head that did not win served (open loop, AVX-512 EPYC,
+  2026-12-07; on the AVX2 EPYC, where the heads pay served, the A/B is in BENCHMARKS.md §1).
+  A drafter whose steps have
   not been seen takes the excess of every speculative step at its class; a class with no
   speculative step yet takes the plain ratio), plus what the
   worker spends between steps (``gap_time``: its writes, telemetry, intake; per batch class,
