@@ -19,7 +19,9 @@ to explore for:
   2026-12-07; on the AVX2 EPYC, where the heads pay served, the A/B is in BENCHMARKS.md §1).
   A drafter whose steps have
   not been seen takes the excess of every speculative step at its class; a class with no
-  speculative step yet takes the plain ratio), plus what the
+  speculative step yet takes the nearest class's, never below 1), plus the scoring and
+  catch-up seconds its speculative steps spend at that class (a moving mean: the work
+  speculating brings, which the excess leaves out), plus what the
   worker spends between steps (``gap_time``: its writes, telemetry, intake; per batch class,
   plain and speculative), which a step that emits more tokens pays fewer times a token;
 - **acceptance** per drafter (``Decision.acceptance``, ``acceptance_hi``): a discounted Beta of
