@@ -77,6 +77,8 @@ from shared.profile import CostProfile
 
 RATIO_WEIGHT = 0.05  # a served step's weight in its class's moving ratio (~20 steps)
 RATIO_CLIP = 2.0  # one speculative step's ratio within [plain / this, plain * this]
+KNOWN_STEPS = 20  # plain steps before a batch class's ratio is its own (till then: the most-seen class's)
+MAX_COUNT = 1 << 30  # plain steps counted per class at most
 MIN_RUNS = 16.0  # proposing n-gram positions judged (discounted) before its lookahead gives its prior
 UNSCORED_STEPS = 64  # drafted steps without a drafter's score before its counts start to fade
 UNSCORED_DISCOUNT = 0.995  # per drafted step after that (the weight halves in ~140 steps)
@@ -123,6 +125,7 @@ class NightjarPolicy(Policy):
         self.runs: dict[str, Runs] = {}  # model-free drafters' lookahead
         self.context: float | None = None  # moving mean of the served steps' tokens per sequence
         self.ratio_plain: dict[int, float] = {}  # batch class -> served / predicted, γ = 0 steps
+        self.plain_steps: dict[int, int] = {}  # batch class -> γ = 0 steps seen
         self.spec_excess: dict[int, float] = {}  # batch class -> γ > 0 steps' ratio / plain's
         self.drafter_excess: dict[str, dict[int, float]] = {}  # the same, of one drafter's steps
         self.gap: dict[bool, dict[int, float]] = {False: {}, True: {}}  # γ > 0? -> class -> gap_time
@@ -166,7 +169,8 @@ class NightjarPolicy(Policy):
                 gaps[c] = t.gap_time if c not in gaps else _move(gaps[c], t.gap_time)
 
     def _calibrate(self, t: Telemetry) -> None:
-        """Move the step's batch class's served/predicted ratio 5 % toward this step's.
+        """Move the step's batch class's served/predicted ratio 5 % toward this step's (a class
+        new to it from the nearest class's).
 
         What a step spends scoring drafters (prompts of new sequences, counterfactuals every
         16th verification) and catching drafters up is not what its γ costs: it is left out,
@@ -182,7 +186,7 @@ class NightjarPolicy(Policy):
         ratio = max(busy, 1e-9) / predicted
         c = _class(t.batch_size)
         if t.gamma > 0:  # relative to the class's plain ratio: what speculating adds
-            excess = min(max(ratio / _nearest(self.ratio_plain, c, 1.0), 1.0 / RATIO_CLIP), RATIO_CLIP)
+            excess = min(max(ratio / self._plain_ratio(c), 1.0 / RATIO_CLIP), RATIO_CLIP)
             shared = self.spec_excess.get(c, 1.0)
             self.spec_excess[c] = _move(shared, excess)
             drafted = sum(t.drafter_shares.values())
@@ -191,7 +195,34 @@ class NightjarPolicy(Policy):
                     own = self.drafter_excess.setdefault(d, {})
                     own[c] = _move(own.get(c, shared), excess, n / drafted)
         else:
-            self.ratio_plain[c] = ratio if c not in self.ratio_plain else _move(self.ratio_plain[c], ratio)
+            # A new class starts from the best-known class's, carried (_plain_ratio; the very
+            # first from its own step): one ramp step does not set it.
+            before = self._plain_ratio(c) if self.ratio_plain else ratio
+            self.ratio_plain[c] = _move(self.ratio_plain.get(c, before), ratio)
+            n = self.plain_steps[c] = min(self.plain_steps.get(c, 0) + 1, MAX_COUNT)
+            if n == KNOWN_STEPS:  # its own from now: its speculative steps keep their price
+                scale = before / self.ratio_plain[c]
+                for table in (self.spec_excess, *self.drafter_excess.values()):
+                    if c in table:
+                        table[c] *= scale
+
+    def _plain_ratio(self, c: int) -> float:
+        """The class's plain ratio once it is known (``KNOWN_STEPS`` plain steps). Before, the
+        class seen most, carried over as what it serves beyond its profile in seconds (a
+        step's fixed costs, which a longer forward does not multiply): on nj-target's one-user
+        stories nightjar's few plain steps served at 4.7× their 1.6 ms profile; as a ratio at
+        32 users that priced a plain step at 58 ms where it serves at 30, nightjar speculated
+        on every step there and no plain step ran to correct it. Carried as seconds it is
+        priced low, nightjar decodes plainly there, and the class learns its own."""
+        if not self.ratio_plain:
+            return 1.0
+        if self.plain_steps.get(c, 0) >= KNOWN_STEPS:
+            return self.ratio_plain[c]
+        k = max(self.ratio_plain, key=lambda k: (self.plain_steps.get(k, 0), -abs(k - c), -k))
+        if k == c or self.profile is None:
+            return self.ratio_plain[k]
+        pk, pc = (self.profile.target(1 << (x - 1), 1, self.context) for x in (k, c))
+        return max(1.0 + (self.ratio_plain[k] - 1.0) * pk / max(pc, 1e-9), 0.25)
 
     def _charge_scoring(self, t: Telemetry) -> None:
         """Move the class's scoring time of a speculative step 5 % toward this step's.
@@ -234,7 +265,7 @@ class NightjarPolicy(Policy):
         if not self.p["calibrate"]:
             return 1.0
         c = _class(batch)
-        plain = _nearest(self.ratio_plain, c, 1.0)
+        plain = self._plain_ratio(c)
         if drafter is None:
             return plain
         own = self.drafter_excess.get(drafter, {}) if self.p["own_excess"] else {}
@@ -375,6 +406,7 @@ class NightjarPolicy(Policy):
             "unscored": dict(self.unscored),
             "context": self.context,
             "ratio_plain": {str(c): r for c, r in self.ratio_plain.items()},
+            "plain_steps": {str(c): n for c, n in self.plain_steps.items()},
             "spec_excess": {str(c): r for c, r in self.spec_excess.items()},
             "drafter_excess": {d: {str(c): r for c, r in t.items()} for d, t in self.drafter_excess.items()},
             "gap": {k: {str(c): g for c, g in self.gap[k == "spec"].items()} for k in ("plain", "spec")},
@@ -392,6 +424,8 @@ class NightjarPolicy(Policy):
         ctx = state.get("context")
         self.context = None if ctx is None else float(ctx)
         self.ratio_plain = {int(c): float(r) for c, r in state.get("ratio_plain", {}).items()}
+        known = {c: KNOWN_STEPS for c in self.ratio_plain}  # state saved before the counts: all known
+        self.plain_steps = {int(c): int(n) for c, n in state.get("plain_steps", known).items()}
         self.spec_excess = {int(c): float(r) for c, r in state.get("spec_excess", {}).items()}
         own = state.get("drafter_excess", {})
         self.drafter_excess = {str(d): {int(c): float(r) for c, r in t.items()} for d, t in own.items()}

@@ -13,7 +13,7 @@ import math
 import pytest
 
 from planner.policies import registry
-from planner.policies.nightjar import NightjarPolicy
+from planner.policies.nightjar import KNOWN_STEPS, NightjarPolicy
 from shared.control import ALL_BATCHES, SwitchCostEvent, Telemetry
 from shared.profile import CostProfile
 
@@ -74,7 +74,7 @@ def test_it_predicts_every_pair_at_every_batch_size_and_speculates_at_low_load_o
 def test_served_steps_calibrate_the_profile_by_batch_class() -> None:
     """Plain steps at 16 sequences served at 1.5× the profile: the plain cost there grows to
     about 1.5×, and speculative ones take that ratio until their own steps are seen; a class
-    without steps of its own takes the nearest class's ratio."""
+    without steps of its own takes what the class seen most serves beyond its profile."""
     pol = _policy()
     pol.use_profile(_profile())
     predicted = pol.profile.target(16, 1, 100.0) if pol.profile else 0.0
@@ -83,7 +83,8 @@ def test_served_steps_calibrate_the_profile_by_batch_class() -> None:
     costs = {c.batch: c for c in pol.decide(0.0).step_costs}
     assert costs[16].plain_s == pytest.approx(1.5 * predicted, rel=0.02)
     assert costs[16].spec_s["head"][0] > 1.4 * pol.profile.target(16, 2, 100.0)  # type: ignore[union-attr]
-    assert costs[1].plain_s == pytest.approx(1.5 * 0.05)  # no batch-1 step yet: the nearest class's ratio
+    # no batch-1 step yet: what the class seen most serves beyond its profile, in seconds
+    assert costs[1].plain_s == pytest.approx(0.05 + 0.5 * predicted)
     for _ in range(200):
         pol.observe(_step(1, 0.05))
     assert pol.decide(0.0).step_costs[0].plain_s == pytest.approx(0.05, rel=0.02)  # then its own
@@ -326,3 +327,40 @@ def test_speculation_is_charged_its_scoring_and_an_unseen_class_takes_no_discoun
     free.use_profile(_profile())
     c32 = {c.batch: c for c in free.decide(0.0).step_costs}[32]
     assert c32.spec_s["head"][1] == pytest.approx(head32, rel=0.02)
+
+
+def test_a_class_without_plain_steps_is_priced_at_the_known_overhead_in_seconds() -> None:
+    """Plain steps at one sequence serve at 2× a 50 ms profile (50 ms beyond it): at 32
+    sequences, where no plain step ran, a plain step is priced at its profile plus those
+    50 ms, not at 2×. One slow step there (a ramp step) moves the class's own ratio by a
+    twentieth; after ``KNOWN_STEPS`` it is the class's own, and its speculative steps keep the
+    price they served at. Taken as a ratio, nj-target's one-user plain steps (4.7× a 1.6 ms
+    profile) priced plain decoding at 32 at twice its cost: nightjar speculated on every step
+    there, and no plain step ran to correct it."""
+    pol = _policy()
+    pol.use_profile(_profile())
+    p = pol.profile
+    assert p is not None
+    p1, p32 = p.target(1, 1, 100.0), p.target(32, 1, 100.0)
+    for _ in range(100):
+        pol.observe(_step(1, 2.0 * p1))
+    costs = {c.batch: c for c in pol.decide(0.0).step_costs}
+    assert costs[32].plain_s == pytest.approx(p32 + p1)
+    head32 = 2 * p.draft(32, "head") + p.target(32, 3, 100.0)
+    spec = {"gamma": 2, "proposed": 64, "num_drafts": 32, "drafter_shares": {"head": 32}}
+    for _ in range(300):  # speculative steps at 32 are priced at what they serve at
+        pol.observe(_step(32, 1.3 * head32, **spec))
+    priced = {c.batch: c for c in pol.decide(0.0).step_costs}[32].spec_s["head"][1]
+    assert priced == pytest.approx(1.3 * head32, rel=0.02)
+    carried = 1.0 + p1 / p32
+    pol.observe(_step(32, 4.0 * p32))
+    assert pol.ratio_plain[6] == pytest.approx(carried + 0.05 * (4.0 - carried))
+    for _ in range(KNOWN_STEPS - 1):
+        pol.observe(_step(32, 1.8 * p32))
+    costs = {c.batch: c for c in pol.decide(0.0).step_costs}
+    assert costs[32].plain_s == pytest.approx(pol.ratio_plain[6] * p32)  # its own now
+    assert costs[32].spec_s["head"][1] == pytest.approx(priced, rel=1e-6)  # unmoved by it
+    restored = _policy()
+    restored.load_state_dict(pol.state_dict())
+    restored.use_profile(_profile())
+    assert restored.decide(0.0).step_costs == pol.decide(0.0).step_costs
