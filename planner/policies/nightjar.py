@@ -10,7 +10,10 @@ to explore for:
   verification runs; n-gram is priced at the γ it proposes: the workers verify only what it
   proposes, and choose it only at a γ it has a proposal for), at the
   served steps' mean context, each scaled by what serving measures beyond the profile (the
-  moving ratio of served to predicted time of plain decode steps per batch class, times the
+  moving ratio of served to predicted time of plain decode steps per batch class — a class
+  with fewer than ``KNOWN_STEPS`` plain steps takes what the class seen most serves beyond
+  its profile, in seconds, so plain decoding is priced low where nobody measured it and runs
+  there until it is measured — times the
   moving excess of speculative steps over it per drafter and batch class: what a drafter adds
   beyond its profiled draft steps is its own — a feature head's catch-up on the features
   of the tokens it did not draft, ~1.2 ms a step on SmolLM2 at one user, which n-gram does
