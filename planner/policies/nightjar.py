@@ -81,7 +81,6 @@ from shared.profile import CostProfile
 RATIO_WEIGHT = 0.05  # a served step's weight in its class's moving ratio (~20 steps)
 RATIO_CLIP = 2.0  # one speculative step's ratio within [plain / this, plain * this]
 KNOWN_STEPS = 20  # plain steps before a batch class's ratio is its own (till then: the most-seen class's)
-MAX_COUNT = 1 << 30  # plain steps counted per class at most
 MIN_RUNS = 16.0  # proposing n-gram positions judged (discounted) before its lookahead gives its prior
 UNSCORED_STEPS = 64  # drafted steps without a drafter's score before its counts start to fade
 UNSCORED_DISCOUNT = 0.995  # per drafted step after that (the weight halves in ~140 steps)
@@ -202,7 +201,7 @@ class NightjarPolicy(Policy):
             # first from its own step): one ramp step does not set it.
             before = self._plain_ratio(c) if self.ratio_plain else ratio
             self.ratio_plain[c] = _move(self.ratio_plain.get(c, before), ratio)
-            n = self.plain_steps[c] = min(self.plain_steps.get(c, 0) + 1, MAX_COUNT)
+            n = self.plain_steps[c] = self.plain_steps.get(c, 0) + 1
             if n == KNOWN_STEPS:  # its own from now: its speculative steps keep their price
                 scale = before / self.ratio_plain[c]
                 for table in (self.spec_excess, *self.drafter_excess.values()):

@@ -42,6 +42,22 @@ def _policy(**kw: object) -> NightjarPolicy:
     return pol
 
 
+def _profiled(**kw: object) -> tuple[NightjarPolicy, CostProfile]:
+    """A policy with the synthetic profile, and that profile."""
+    pol = _policy(**kw)
+    profile = _profile()
+    pol.use_profile(profile)
+    return pol, profile
+
+
+def _assert_round_trips(pol: NightjarPolicy) -> None:
+    """A policy restored from ``pol``'s state decides exactly as ``pol`` does."""
+    restored = _policy()
+    restored.load_state_dict(pol.state_dict())
+    restored.use_profile(_profile())
+    assert restored.decide(0.0).step_costs == pol.decide(0.0).step_costs
+
+
 def _step(batch: int, step_time: float, gamma: int = 0, **kw: object) -> Telemetry:
     return Telemetry(
         worker_id="w", batch_size=batch, num_tokens=batch, step_time=step_time, gamma=gamma,
@@ -116,10 +132,7 @@ def test_each_drafter_is_priced_at_its_own_served_excess() -> None:
     assert c1.spec_s["ngram"][1] == pytest.approx(ngram2, rel=0.03)
     shared = pol.spec_excess[1]
     assert 1.05 < shared < 1.25  # every speculative step's: what a new drafter starts from
-    restored = _policy()
-    restored.load_state_dict(pol.state_dict())
-    restored.use_profile(_profile())
-    assert restored.decide(0.0).step_costs == pol.decide(0.0).step_costs
+    _assert_round_trips(pol)
     one = _policy(own_excess=False)  # the A/B switch: one excess for every drafter, as before
     one.load_state_dict(pol.state_dict())
     one.use_profile(_profile())
@@ -147,10 +160,7 @@ def test_a_catch_up_is_no_step_cost_and_the_state_round_trips() -> None:
     for _ in range(50):
         pol.observe(_step(1, 0.05 + 0.5, switch_costs=[ev]))
     assert pol.ratio_plain[1] == pytest.approx(1.0, rel=0.05)
-    restored = _policy()
-    restored.load_state_dict(pol.state_dict())
-    restored.use_profile(_profile())
-    assert restored.decide(0.0).step_costs == pol.decide(0.0).step_costs
+    _assert_round_trips(pol)
 
 
 def test_the_decision_shows_in_the_planners_gauges_and_in_top() -> None:
@@ -177,10 +187,7 @@ def test_scoring_time_and_one_slow_speculative_step_do_not_price_speculation_out
     cost, and one slow speculative step moves the class's excess by a twentieth at most: on
     SmolLM2 one warm-up step that scored two prompts (108 ms against 49 predicted) once priced
     speculation out at every batch size for the rest of the run."""
-    pol = _policy()
-    pol.use_profile(_profile())
-    p = pol.profile
-    assert p is not None
+    pol, p = _profiled()
     for b in (1, 4):
         for _ in range(50):
             pol.observe(_step(b, p.target(b, 1, 100.0)))
@@ -295,10 +302,7 @@ def test_speculation_is_charged_its_scoring_and_an_unseen_class_takes_no_discoun
     prompts and catching drafters up are priced with it (at their class only); an excess
     below 1 learnt at one sequence is not taken at a busier class with no speculative step of
     its own (nj-target: 0.71 at one user priced prose γ 2 at 32 users at 1.5 plain steps)."""
-    pol = _policy()
-    pol.use_profile(_profile())
-    p = pol.profile
-    assert p is not None
+    pol, p = _profiled()
     for b in (1, 32):
         for _ in range(100):
             pol.observe(_step(b, p.target(b, 1, 100.0)))
@@ -318,10 +322,7 @@ def test_speculation_is_charged_its_scoring_and_an_unseen_class_takes_no_discoun
     assert costs[32].plain_s == pytest.approx(plain32, rel=1e-6)
     assert costs[1].spec_s["head"][1] == pytest.approx(0.7 * head1, rel=0.03)  # not its class
     assert dict(pol.decide(0.0).gamma_table)[ALL_BATCHES] == 0
-    restored = _policy()
-    restored.load_state_dict(pol.state_dict())
-    restored.use_profile(_profile())
-    assert restored.decide(0.0).step_costs == pol.decide(0.0).step_costs
+    _assert_round_trips(pol)
     free = _policy(charge_scoring=False)  # the A/B switch
     free.load_state_dict(pol.state_dict())
     free.use_profile(_profile())
@@ -337,10 +338,7 @@ def test_a_class_without_plain_steps_is_priced_at_the_known_overhead_in_seconds(
     price they served at. Taken as a ratio, nj-target's one-user plain steps (4.7× a 1.6 ms
     profile) priced plain decoding at 32 at twice its cost: nightjar speculated on every step
     there, and no plain step ran to correct it."""
-    pol = _policy()
-    pol.use_profile(_profile())
-    p = pol.profile
-    assert p is not None
+    pol, p = _profiled()
     p1, p32 = p.target(1, 1, 100.0), p.target(32, 1, 100.0)
     for _ in range(100):
         pol.observe(_step(1, 2.0 * p1))
@@ -360,7 +358,4 @@ def test_a_class_without_plain_steps_is_priced_at_the_known_overhead_in_seconds(
     costs = {c.batch: c for c in pol.decide(0.0).step_costs}
     assert costs[32].plain_s == pytest.approx(pol.ratio_plain[6] * p32)  # its own now
     assert costs[32].spec_s["head"][1] == pytest.approx(priced, rel=1e-6)  # unmoved by it
-    restored = _policy()
-    restored.load_state_dict(pol.state_dict())
-    restored.use_profile(_profile())
-    assert restored.decide(0.0).step_costs == pol.decide(0.0).step_costs
+    _assert_round_trips(pol)
