@@ -13,7 +13,8 @@ import math
 import pytest
 
 from planner.policies import registry
-from planner.policies.nightjar import KNOWN_STEPS, NightjarPolicy
+from planner.policies.nightjar import NightjarPolicy
+from planner.policies.served import KNOWN_STEPS
 from shared.control import ALL_BATCHES, SwitchCostEvent, Telemetry
 from shared.profile import CostProfile
 
@@ -130,7 +131,7 @@ def test_each_drafter_is_priced_at_its_own_served_excess() -> None:
     c1 = pol.decide(0.0).step_costs[0]
     assert c1.spec_s["head"][1] == pytest.approx(1.3 * head2, rel=0.03)
     assert c1.spec_s["ngram"][1] == pytest.approx(ngram2, rel=0.03)
-    shared = pol.spec_excess[1]
+    shared = pol.served.spec_excess[1]
     assert 1.05 < shared < 1.25  # every speculative step's: what a new drafter starts from
     _assert_round_trips(pol)
     one = _policy(own_excess=False)  # the A/B switch: one excess for every drafter, as before
@@ -159,7 +160,7 @@ def test_a_catch_up_is_no_step_cost_and_the_state_round_trips() -> None:
     ev = SwitchCostEvent(drafter="head", batch_size=1, tokens=64, seconds=0.5)
     for _ in range(50):
         pol.observe(_step(1, 0.05 + 0.5, switch_costs=[ev]))
-    assert pol.ratio_plain[1] == pytest.approx(1.0, rel=0.05)
+    assert pol.served.ratio_plain[1] == pytest.approx(1.0, rel=0.05)
     _assert_round_trips(pol)
 
 
@@ -352,10 +353,10 @@ def test_a_class_without_plain_steps_is_priced_at_the_known_overhead_in_seconds(
     assert priced == pytest.approx(1.3 * head32, rel=0.02)
     carried = 1.0 + p1 / p32
     pol.observe(_step(32, 4.0 * p32))
-    assert pol.ratio_plain[6] == pytest.approx(carried + 0.05 * (4.0 - carried))
+    assert pol.served.ratio_plain[6] == pytest.approx(carried + 0.05 * (4.0 - carried))
     for _ in range(KNOWN_STEPS - 1):
         pol.observe(_step(32, 1.8 * p32))
     costs = {c.batch: c for c in pol.decide(0.0).step_costs}
-    assert costs[32].plain_s == pytest.approx(pol.ratio_plain[6] * p32)  # its own now
+    assert costs[32].plain_s == pytest.approx(pol.served.ratio_plain[6] * p32)  # its own now
     assert costs[32].spec_s["head"][1] == pytest.approx(priced, rel=1e-6)  # unmoved by it
     _assert_round_trips(pol)
