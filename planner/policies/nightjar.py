@@ -84,7 +84,7 @@ class NightjarPolicy(Policy):
             64, "tokens a catch-up covers at most (a feature head's pending bound)", 1
         ),
         "switch_share": float_param(0.05, "a switch may cost this share of the K steps it holds", 0.001, 1.0),
-        "hold_min": int_param(4, "K at least", 1, 1 << 16),
+        "hold_min": int_param(1, "K at least (n-gram's: it catches up on nothing)", 1, 1 << 16),
         "hold_max": int_param(64, "K at most", 1, 1 << 16),
         "calibrate": bool_param(True, "scale the profile by served/predicted step times"),
         "forget_unscored": bool_param(True, "fade the counts of a drafter left unscored while others draft"),
@@ -191,7 +191,11 @@ class NightjarPolicy(Policy):
     def hold_by_drafter(self) -> dict[str, int]:
         """K per drafter: the smallest with its catch-up of ``switch_tokens`` tokens ≤
         ``switch_share`` · K plain steps at batch 1, within [``hold_min``, ``hold_max``]; a
-        drafter that catches up on nothing (n-gram) holds ``hold_min``."""
+        drafter that catches up on nothing (n-gram) holds ``hold_min``, 1 by default: a
+        sequence on a head takes n-gram's run the step it appears (with ``hold_min`` 4 it
+        waited 4 steps, n-gram's runs on code come and go within that, and nightjar served
+        0.88 of static n-gram γ 4 on one-user code against 1.02 with 1: SmolLM2, 3 rounds,
+        Intel Xeon, 2026-12-07, BENCHMARKS.md §1)."""
         p, lo, hi = self.profile, self.p["hold_min"], self.p["hold_max"]
         if p is None:
             return {}

@@ -85,7 +85,8 @@ def test_it_predicts_every_pair_at_every_batch_size_and_speculates_at_low_load_o
     table = dict(choice.gamma_table)
     assert table[1] > 0 and table[16] == 0 and table[ALL_BATCHES] == 0
     assert choice.drafter_scope == "request" and choice.acceptance == {"head": 0.5, "ngram": 0.5}
-    assert 4 <= choice.hold_steps <= 64
+    assert choice.hold_by_drafter == {"head": math.ceil(64 * 0.0001 / (0.05 * 0.05)), "ngram": 1}
+    assert choice.hold_steps == 3  # older workers: the dearest K
 
 
 def test_served_steps_calibrate_the_profile_by_batch_class() -> None:
@@ -237,6 +238,16 @@ def test_each_drafter_holds_for_its_own_switching_cost() -> None:
     choice = pol.decide(0.0)
     assert choice.hold_by_drafter == by and choice.hold_steps == 26
     assert choice.hold_tokens == 64  # K is for that catch-up: the workers scale it by the lag
+
+
+def test_by_default_a_sequence_takes_ngram_or_plain_decoding_at_once_and_a_head_after_its_k() -> None:
+    """n-gram and plain decoding catch up on nothing: by default their K is 1, so a sequence
+    on a head takes n-gram's run the step it appears (runs on code come and go within 4
+    steps); a head still waits the K its catch-up amortises."""
+    prof = _profile().model_copy(update={"catch_up_s": {"head": [0.001] * len(BATCHES)}})
+    pol = _policy()
+    pol.use_profile(prof)
+    assert pol.hold_by_drafter() == {"head": 26, "ngram": 1}
 
 
 def test_the_services_time_between_steps_is_part_of_every_step_as_served() -> None:
