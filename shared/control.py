@@ -113,6 +113,12 @@ Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 DrafterName = Annotated[str, Field(max_length=MAX_NAME)]
 
 
+def batch_class(batch: int) -> int:
+    """A batch size's class, the power of two above it: 1 for one sequence, 2 for 2–3, 3 for
+    4–7, … The planner prices steps per class; a worker's sequence holds its pair within one."""
+    return max(int(batch), 1).bit_length()
+
+
 class StepCosts(BaseModel):
     """The planner's prediction of one step at ``batch`` decoding sequences: ``plain_s`` for a
     plain step (γ = 0), ``spec_s[drafter][γ − 1]`` for a step that drafts γ tokens per sequence

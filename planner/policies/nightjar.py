@@ -105,7 +105,6 @@ class NightjarPolicy(Policy):
         self.discount: float = p["discount"]
         self.z: float = p["z"]
         self.p = p
-        self.profile: CostProfile | None = None
         self.acceptance: dict[str, Beta] = {}
         self.unscored: dict[str, int] = {}  # drafter -> drafted steps since its last score
         self.runs: dict[str, Runs] = {}  # model-free drafters' lookahead
@@ -115,8 +114,14 @@ class NightjarPolicy(Policy):
 
     # ------------------------------------------------------------------ learning
 
+    @property
+    def profile(self) -> CostProfile | None:
+        """The workers' startup cost profile (held by the served calibration, which prices
+        with it)."""
+        return self.served.profile
+
     def use_profile(self, profile: CostProfile) -> None:
-        self.profile = self.served.profile = profile
+        self.served.profile = profile
 
     def observe(self, t: Telemetry) -> None:
         if self.offload is not None:

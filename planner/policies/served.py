@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner.policies.signals import prices_gamma, switch_seconds
-from shared.control import Telemetry
+from shared.control import Telemetry, batch_class
 from shared.profile import CostProfile
 
 RATIO_WEIGHT = 0.05  # a served step's weight in its class's moving ratio (~20 steps)
@@ -228,11 +228,6 @@ class ServedCalibration:
 def move(mean: float, x: float, share: float = 1.0) -> float:
     """``mean`` moved ``RATIO_WEIGHT`` · ``share`` of the way toward ``x``."""
     return mean + RATIO_WEIGHT * share * (x - mean)
-
-
-def batch_class(batch: int) -> int:
-    """1 for one sequence, 2 for 2–3, 3 for 4–7, …"""
-    return max(int(batch), 1).bit_length()
 
 
 def nearest(table: dict[int, float], c: int, default: float) -> float:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from planner.policies.served import KNOWN_STEPS, ServedCalibration, batch_class, move, nearest
-from shared.control import Telemetry
+from planner.policies.served import KNOWN_STEPS, ServedCalibration, move, nearest
+from shared.control import Telemetry, batch_class
 
 
 def test_batch_classes_are_powers_of_two() -> None:

@@ -65,7 +65,7 @@ import math
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 
-from shared.control import StepCosts
+from shared.control import StepCosts, batch_class
 from shared.experts import expected_tokens
 from shared.profile import interp
 from worker.engine.spec.speculation_plan import SpeculationPlan
@@ -153,10 +153,6 @@ class SeqSpec:
             return 0
         n, self.plain_since = self.plain_since, 0
         return min(n, PLAIN_SCORE_MAX)
-
-
-def batch_class(batch: int) -> int:
-    return max(batch, 1).bit_length()
 
 
 class CostRule:
