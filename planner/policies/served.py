@@ -14,11 +14,19 @@ Per batch class (``batch_class``: 1, 2–3, 4–7, … sequences):
 - **scoring**: the moving mean of what a speculative step spends scoring drafters and
   catching them up (``charge_scoring``), which the excess leaves out;
 - **gap**: what the worker spends between steps (``gap_time``: its writes, telemetry,
-  intake), plain and speculative, which a step that emits more tokens pays fewer times a
-  token.
+  intake) at a plain step, and what a speculative step spends beyond it, which a step that
+  emits more tokens pays fewer times a token.
 
-One served step moves each by ``RATIO_WEIGHT`` (~20 steps): no single step decides. The state
-layout (``state_dict``) is the policy's, as it was before this module was split out.
+One served step moves each by ``RATIO_WEIGHT`` (~20 steps): no single step decides, and what
+speculating adds (the excess, the extra gap) starts from nothing added. A speculative class's
+price is learned only from the speculative steps that run in it, and none run where it is
+priced out: a few unrepresentative steps (the warm-up's, with prompts arriving) must not set
+it. On nj-target (AMD EPYC, 2026-12-08) the first speculative step at one sequence set that
+class's gap at 7 ms where a speculative step's is 2.6 (a plain step's 2.2), and a one-step
+excess was doubled when the class's plain ratio became its own: nightjar decoded plainly on
+every step of one-user code, 0.70 of the code drafter's γ 4. The state layout
+(``state_dict``) is the policy's, as it was before this module was split out, with the
+learned shares and the extra gap added (an older state loads).
 """
 
 from __future__ import annotations
@@ -49,7 +57,11 @@ class ServedCalibration:
         self.plain_steps: dict[int, int] = {}  # batch class -> γ = 0 steps seen
         self.spec_excess: dict[int, float] = {}  # batch class -> γ > 0 steps' ratio / plain's
         self.drafter_excess: dict[str, dict[int, float]] = {}  # the same, of one drafter's steps
-        self.gap: dict[bool, dict[int, float]] = {False: {}, True: {}}  # γ > 0? -> class -> gap_time
+        # how much of each excess is learned (1 − Π(1 − RATIO_WEIGHT · share)); the rest is the prior, 1
+        self.spec_learned: dict[int, float] = {}
+        self.drafter_learned: dict[str, dict[int, float]] = {}
+        self.gap_plain: dict[int, float] = {}  # batch class -> gap_time of a plain step
+        self.gap_extra: dict[int, float] = {}  # batch class -> a speculative step's gap beyond it
         self.scoring: dict[int, float] = {}  # batch class -> scoring and catch-up time of a γ > 0 step
 
     # ------------------------------------------------------------------ learning
@@ -64,9 +76,17 @@ class ServedCalibration:
             self._charge_scoring(t)
         if prices_gamma(t):
             self._calibrate(t)
-            gaps, c = self.gap[t.gamma > 0], batch_class(t.batch_size)
             if t.gap_time > 0:  # 0: the step came after waiting (or the profiler's own step)
-                gaps[c] = t.gap_time if c not in gaps else move(gaps[c], t.gap_time)
+                self._observe_gap(t.gap_time, batch_class(t.batch_size), t.gamma > 0)
+
+    def _observe_gap(self, gap: float, c: int, spec: bool) -> None:
+        """A plain step moves its class's gap (its first sets it); a speculative step moves
+        the class's extra gap toward its own beyond the plain gap, from none."""
+        if not spec:
+            self.gap_plain[c] = gap if c not in self.gap_plain else move(self.gap_plain[c], gap)
+            return
+        extra = gap - nearest(self.gap_plain, c, gap)
+        self.gap_extra[c] = move(self.gap_extra.get(c, 0.0), extra)
 
     def _calibrate(self, t: Telemetry) -> None:
         """Move the step's batch class's served/predicted ratio 5 % toward this step's (a class
@@ -87,13 +107,18 @@ class ServedCalibration:
         c = batch_class(t.batch_size)
         if t.gamma > 0:  # relative to the class's plain ratio: what speculating adds
             excess = min(max(ratio / self.plain_ratio(c), 1.0 / RATIO_CLIP), RATIO_CLIP)
-            shared = self.spec_excess.get(c, 1.0)
+            shared, shared_learned = self.spec_excess.get(c, 1.0), self.spec_learned.get(c, 0.0)
             self.spec_excess[c] = move(shared, excess)
+            self.spec_learned[c] = learn(shared_learned)
             drafted = sum(t.drafter_shares.values())
             for d, n in t.drafter_shares.items():
                 if n > 0:
                     own = self.drafter_excess.setdefault(d, {})
-                    own[c] = move(own.get(c, shared), excess, n / drafted)
+                    learned = self.drafter_learned.setdefault(d, {})
+                    if c not in own:  # from the class's shared excess, as learned as it is
+                        own[c], learned[c] = shared, shared_learned
+                    own[c] = move(own[c], excess, n / drafted)
+                    learned[c] = learn(learned[c], n / drafted)
         else:
             # A new class starts from the best-known class's, carried (plain_ratio; the very
             # first from its own step): one ramp step does not set it.
@@ -101,10 +126,19 @@ class ServedCalibration:
             self.ratio_plain[c] = move(self.ratio_plain.get(c, before), ratio)
             n = self.plain_steps[c] = self.plain_steps.get(c, 0) + 1
             if n == KNOWN_STEPS:  # its own from now: its speculative steps keep their price
-                scale = before / self.ratio_plain[c]
-                for table in (self.spec_excess, *self.drafter_excess.values()):
-                    if c in table:
-                        table[c] *= scale
+                self._rescale(c, before / self.ratio_plain[c])
+
+    def _rescale(self, c: int, scale: float) -> None:
+        """The class's plain ratio changed by 1 / ``scale``: what its excesses learned keeps its
+        price in seconds, the rest stays the prior (1: as the profile prices speculating
+        beside a plain step). Scaled whole, the excess of one warm-up step at one sequence
+        (1.04, learned at 5 %) became 2.07 on nj-target, and speculating was priced out there."""
+        tables = [(self.spec_excess, self.spec_learned)]
+        tables += [(own, self.drafter_learned.get(d, {})) for d, own in self.drafter_excess.items()]
+        for table, learned in tables:
+            if c in table:
+                prior = 1.0 - learned.get(c, 1.0)
+                table[c] = prior + (table[c] - prior) * scale
 
     def _charge_scoring(self, t: Telemetry) -> None:
         """Move the class's scoring time of a speculative step 5 % toward this step's.
@@ -183,13 +217,13 @@ class ServedCalibration:
         """What the worker spends between steps, as served (``gap_time``: streaming, telemetry,
         intake), for a plain or a speculative step at this batch size: fewer, longer steps pay
         it fewer times a token, which on a small target is a quarter of a plain step (nj-target
-        at one user: 0.76 ms beside 2.15). A speculative class not yet seen takes the plain gap."""
+        at one user: 0.76 ms beside 2.15). A speculative step pays the plain gap and its class's
+        extra (none where its class has not speculated)."""
         if not self.calibrate:
             return 0.0
         c = batch_class(batch)
-        if spec and c in self.gap[True]:
-            return self.gap[True][c]
-        return nearest(self.gap[False], c, 0.0)
+        plain = nearest(self.gap_plain, c, 0.0)
+        return max(plain + self.gap_extra.get(c, 0.0), 0.0) if spec else plain
 
     def scoring_at(self, batch: int) -> float:
         """The scoring and catch-up seconds of a speculative step at this batch size's own
@@ -205,7 +239,14 @@ class ServedCalibration:
             "plain_steps": {str(c): n for c, n in self.plain_steps.items()},
             "spec_excess": {str(c): r for c, r in self.spec_excess.items()},
             "drafter_excess": {d: {str(c): r for c, r in t.items()} for d, t in self.drafter_excess.items()},
-            "gap": {k: {str(c): g for c, g in self.gap[k == "spec"].items()} for k in ("plain", "spec")},
+            "spec_learned": {str(c): f for c, f in self.spec_learned.items()},
+            "drafter_learned": {
+                d: {str(c): f for c, f in t.items()} for d, t in self.drafter_learned.items()
+            },
+            "gap": {
+                "plain": {str(c): g for c, g in self.gap_plain.items()},
+                "spec_extra": {str(c): g for c, g in self.gap_extra.items()},
+            },
             "scoring": {str(c): s for c, s in self.scoring.items()},
         }
 
@@ -218,16 +259,30 @@ class ServedCalibration:
         self.spec_excess = {int(c): float(r) for c, r in state.get("spec_excess", {}).items()}
         own = state.get("drafter_excess", {})
         self.drafter_excess = {str(d): {int(c): float(r) for c, r in t.items()} for d, t in own.items()}
-        gap = state.get("gap", {})
-        self.gap = {
-            k == "spec": {int(c): float(g) for c, g in gap.get(k, {}).items()} for k in ("plain", "spec")
+        # a state saved before the learned shares: every excess counts as learned
+        self.spec_learned = {int(c): float(f) for c, f in state.get("spec_learned", {}).items()}
+        self.spec_learned = {c: self.spec_learned.get(c, 1.0) for c in self.spec_excess}
+        learned = state.get("drafter_learned", {})
+        self.drafter_learned = {
+            d: {c: float(learned.get(d, {}).get(str(c), 1.0)) for c in t}
+            for d, t in self.drafter_excess.items()
         }
+        gap = state.get("gap", {})
+        self.gap_plain = {int(c): float(g) for c, g in gap.get("plain", {}).items()}
+        self.gap_extra = {int(c): float(g) for c, g in gap.get("spec_extra", {}).items()}
+        for c, g in gap.get("spec", {}).items():  # saved before the extra: a speculative step's whole gap
+            self.gap_extra.setdefault(int(c), float(g) - nearest(self.gap_plain, int(c), float(g)))
         self.scoring = {int(c): float(s) for c, s in state.get("scoring", {}).items()}
 
 
 def move(mean: float, x: float, share: float = 1.0) -> float:
     """``mean`` moved ``RATIO_WEIGHT`` · ``share`` of the way toward ``x``."""
     return mean + RATIO_WEIGHT * share * (x - mean)
+
+
+def learn(learned: float, share: float = 1.0) -> float:
+    """How much of a moving mean is learned after one more step of ``share`` (``move``)."""
+    return learned + RATIO_WEIGHT * share * (1.0 - learned)
 
 
 def nearest(table: dict[int, float], c: int, default: float) -> float:
