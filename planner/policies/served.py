@@ -260,8 +260,8 @@ class ServedCalibration:
         own = state.get("drafter_excess", {})
         self.drafter_excess = {str(d): {int(c): float(r) for c, r in t.items()} for d, t in own.items()}
         # a state saved before the learned shares: every excess counts as learned
-        self.spec_learned = {int(c): float(f) for c, f in state.get("spec_learned", {}).items()}
-        self.spec_learned = {c: self.spec_learned.get(c, 1.0) for c in self.spec_excess}
+        saved = state.get("spec_learned", {})
+        self.spec_learned = {c: float(saved.get(str(c), 1.0)) for c in self.spec_excess}
         learned = state.get("drafter_learned", {})
         self.drafter_learned = {
             d: {c: float(learned.get(d, {}).get(str(c), 1.0)) for c in t}
